@@ -1,0 +1,386 @@
+"""The grammar IR: one tokenizer-independent representation that every front end targets.
+
+A grammar is a set of named rules; each rule body is an expression tree of literals (exact
+bytes), byte sets, Unicode character sets (matched as whole UTF-8 characters), sequences,
+choices, bounded repetitions and references to other rules. GBNF, regex and JSON Schema all
+compile to this, and the engine compiles this to byte automata, so a constraint means the same
+thing whichever language wrote it.
+
+Expressions are frozen dataclasses: hashable, comparable and safe to share across threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from formcast.errors import GrammarError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from formcast.grammar.report import CompileReport
+
+MAX_CODEPOINT = 0x10FFFF
+SURROGATES = (0xD800, 0xDFFF)
+
+
+class Expr:
+    """Base class of grammar expressions."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Literal(Expr):
+    """An exact byte string (UTF-8 for text)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ByteSet(Expr):
+    """Exactly one byte whose value lies in one of the inclusive ``ranges``."""
+
+    ranges: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CharSet(Expr):
+    """Exactly one Unicode scalar value (encoded as UTF-8) in ``ranges``, or not in them when
+    ``negated``. Surrogates are never matched: they cannot be encoded in UTF-8."""
+
+    ranges: tuple[tuple[int, int], ...]
+    negated: bool = False
+
+    def codepoint_ranges(self) -> tuple[tuple[int, int], ...]:
+        """The matched code points as sorted, merged, surrogate-free inclusive ranges."""
+        merged = merge_ranges(self.ranges)
+        if self.negated:
+            merged = complement_ranges(merged, 0, MAX_CODEPOINT)
+        return subtract_ranges(merged, (SURROGATES,))
+
+
+@dataclass(frozen=True, slots=True)
+class Seq(Expr):
+    """The items one after another. ``Seq(())`` matches the empty string."""
+
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Choice(Expr):
+    """Any one of the items. ``Choice(())`` matches nothing at all."""
+
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat(Expr):
+    """``item`` repeated between ``min`` and ``max`` times (``max=None``: unbounded)."""
+
+    item: Expr
+    min: int = 0
+    max: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ref(Expr):
+    """A reference to another rule by name (this is how recursion is written)."""
+
+    name: str
+
+
+EMPTY = Seq(())
+NOTHING = Choice(())
+
+
+# ----------------------------------------------------------------------------- constructors
+
+
+def lit(text: str | bytes) -> Expr:
+    """A literal; ``str`` is encoded as UTF-8."""
+    data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    return Literal(data) if data else EMPTY
+
+
+def seq(*items: Expr) -> Expr:
+    """A sequence, flattening nested sequences and merging adjacent literals."""
+    flat: list[Expr] = []
+    for item in items:
+        parts = item.items if isinstance(item, Seq) else (item,)
+        for part in parts:
+            if isinstance(part, Literal) and flat and isinstance(flat[-1], Literal):
+                flat[-1] = Literal(flat[-1].data + part.data)
+            else:
+                flat.append(part)
+    if any(p == NOTHING for p in flat):
+        return NOTHING
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def choice(*items: Expr) -> Expr:
+    """An alternation, flattening nested choices and dropping duplicates (order is kept)."""
+    flat: list[Expr] = []
+    for item in items:
+        for part in item.items if isinstance(item, Choice) else (item,):
+            if part not in flat:
+                flat.append(part)
+    return flat[0] if len(flat) == 1 else Choice(tuple(flat))
+
+
+def repeat(item: Expr, min: int = 0, max: int | None = None) -> Expr:  # noqa: A002
+    """``item{min,max}``; validates the bounds."""
+    if min < 0 or (max is not None and max < min):
+        raise GrammarError(f"bad repetition bounds {{{min},{'' if max is None else max}}}")
+    if max == 0:
+        return EMPTY
+    if min == 1 and max == 1:
+        return item
+    return Repeat(item, min, max)
+
+
+def opt(item: Expr) -> Expr:
+    """``item?``"""
+    return repeat(item, 0, 1)
+
+
+def star(item: Expr) -> Expr:
+    """``item*``"""
+    return repeat(item, 0, None)
+
+
+def plus(item: Expr) -> Expr:
+    """``item+``"""
+    return repeat(item, 1, None)
+
+
+def ref(name: str) -> Ref:
+    """A reference to the rule ``name``."""
+    return Ref(name)
+
+
+def chars(ranges: Iterable[tuple[int, int] | str], negated: bool = False) -> CharSet:
+    """A character set from ``(lo, hi)`` code point pairs or single-character strings."""
+    out: list[tuple[int, int]] = []
+    for r in ranges:
+        if isinstance(r, str):
+            out.extend((ord(c), ord(c)) for c in r)
+        else:
+            lo, hi = r
+            if lo > hi:
+                raise GrammarError(f"character range {lo:#x}-{hi:#x} is reversed")
+            out.append((lo, hi))
+    return CharSet(merge_ranges(out), negated)
+
+
+def byte_set(ranges: Iterable[tuple[int, int]]) -> ByteSet:
+    """A set of single bytes."""
+    rs = merge_ranges(ranges)
+    for lo, hi in rs:
+        if not 0 <= lo <= hi <= 255:
+            raise GrammarError(f"byte range {lo}-{hi} is outside 0-255")
+    return ByteSet(rs)
+
+
+# ----------------------------------------------------------------------------- range algebra
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Sort and merge overlapping or adjacent inclusive ranges."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return tuple((lo, hi) for lo, hi in out)
+
+
+def complement_ranges(ranges: tuple[tuple[int, int], ...], lo: int, hi: int) -> tuple[tuple[int, int], ...]:
+    """The inclusive ranges of ``[lo, hi]`` not covered by sorted, merged ``ranges``."""
+    out = []
+    cur = lo
+    for a, b in ranges:
+        if b < cur:
+            continue
+        if a > hi:
+            break
+        if a > cur:
+            out.append((cur, a - 1))
+        cur = max(cur, b + 1)
+    if cur <= hi:
+        out.append((cur, hi))
+    return tuple(out)
+
+
+def subtract_ranges(ranges: tuple[tuple[int, int], ...], remove: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """``ranges`` minus ``remove`` (both inclusive)."""
+    removed = merge_ranges(remove)
+    keep = complement_ranges(removed, 0, MAX_CODEPOINT)
+    out = []
+    for a, b in ranges:
+        for c, d in keep:
+            lo, hi = max(a, c), min(b, d)
+            if lo <= hi:
+                out.append((lo, hi))
+    return merge_ranges(out)
+
+
+_UTF8_BOUNDS = ((0, 0x7F), (0x80, 0x7FF), (0x800, 0xFFFF), (0x10000, MAX_CODEPOINT))
+
+
+def utf8_byte_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:
+    """Split the code point range ``[lo, hi]`` into byte-range sequences.
+
+    Each result is a list of ``(byte_lo, byte_hi)`` pairs, one per UTF-8 byte position; the
+    union of the byte strings they describe is exactly the UTF-8 encodings of ``[lo, hi]``.
+    Surrogates are the caller's business (``CharSet.codepoint_ranges`` removes them).
+    """
+    out: list[list[tuple[int, int]]] = []
+    for blo, bhi in _UTF8_BOUNDS:
+        a, b = max(lo, blo), min(hi, bhi)
+        if a <= b:
+            _split_same_length(a, b, out)
+    return out
+
+
+def _split_same_length(lo: int, hi: int, out: list[list[tuple[int, int]]]) -> None:
+    # Both ends encode to the same number of bytes. Split until every byte position is a
+    # plain range: the trailing continuation bytes of lo must be all-min and of hi all-max.
+    if lo <= 0x7F:
+        out.append([(lo, hi)])
+        return
+    n = 2 if hi <= 0x7FF else 3 if hi <= 0xFFFF else 4
+    for i in range(1, n):
+        mask = (1 << (6 * i)) - 1
+        if (lo & ~mask) != (hi & ~mask):
+            if (lo & mask) != 0:
+                _split_same_length(lo, (lo | mask), out)
+                _split_same_length((lo | mask) + 1, hi, out)
+                return
+            if (hi & mask) != mask:
+                _split_same_length(lo, (hi & ~mask) - 1, out)
+                _split_same_length(hi & ~mask, hi, out)
+                return
+    a = chr(lo).encode("utf-8", "surrogatepass")
+    b = chr(hi).encode("utf-8", "surrogatepass")
+    out.append([(x, y) for x, y in zip(a, b, strict=True)])
+
+
+# ----------------------------------------------------------------------------- grammar
+
+
+class Grammar:
+    """An immutable set of named rules with a start rule.
+
+    Build one with a front end (``from_gbnf``, ``from_regex``, ``from_json_schema``) or from IR
+    expressions directly. ``report`` is the ``CompileReport`` of the front end that built it
+    (JSON Schema fills it; others leave ``None``).
+    """
+
+    __slots__ = ("_rules", "_start", "_report", "_fingerprint")
+
+    def __init__(self, rules: Mapping[str, Expr], start: str = "root", *,
+                 report: CompileReport | None = None) -> None:
+        frozen = dict(rules)
+        if start not in frozen:
+            raise GrammarError(f"start rule {start!r} is not defined")
+        for name, body in frozen.items():
+            if not isinstance(body, Expr):
+                raise GrammarError(f"rule {name!r} is not an IR expression: {body!r}")
+            for missing in _undefined_refs(body, frozen):
+                raise GrammarError(f"rule {name!r} refers to undefined rule {missing!r}")
+        object.__setattr__(self, "_rules", MappingProxyType(frozen))
+        object.__setattr__(self, "_start", start)
+        object.__setattr__(self, "_report", report)
+        object.__setattr__(self, "_fingerprint", None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Grammar objects are immutable")
+
+    @property
+    def rules(self) -> Mapping[str, Expr]:
+        return self._rules
+
+    @property
+    def start(self) -> str:
+        return self._start
+
+    @property
+    def report(self) -> CompileReport | None:
+        return self._report
+
+    @property
+    def fingerprint(self) -> str:
+        """A stable hash of the grammar's rules (for cache keys)."""
+        if self._fingerprint is None:
+            text = repr((self._start, sorted(self._rules.items(), key=lambda kv: kv[0])))
+            object.__setattr__(self, "_fingerprint", hashlib.sha256(text.encode()).hexdigest()[:32])
+        return self._fingerprint
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Grammar) and self.fingerprint == other.fingerprint
+
+    def __hash__(self) -> int:
+        return hash(self.fingerprint)
+
+    def __repr__(self) -> str:
+        return f"Grammar(start={self._start!r}, rules={len(self._rules)})"
+
+    # Front ends are imported lazily so that ``ir`` stays the bottom of the grammar layer.
+    @classmethod
+    def from_gbnf(cls, text: str, start: str = "root") -> Grammar:
+        """Parse llama.cpp's GBNF dialect. Errors name the line and column."""
+        from formcast.grammar.gbnf import parse_gbnf
+
+        return parse_gbnf(text, start=start)
+
+    def to_gbnf(self) -> str:
+        """Print GBNF that llama.cpp accepts and that parses back to the same language."""
+        from formcast.grammar.gbnf import print_gbnf
+
+        return print_gbnf(self)
+
+    @classmethod
+    def from_regex(cls, pattern: str) -> Grammar:
+        """A grammar whose language is the full match of ``pattern`` (JSON Schema dialect)."""
+        from formcast.grammar.regex import regex_to_expr
+
+        return cls({"root": regex_to_expr(pattern)})
+
+    @classmethod
+    def from_json_schema(cls, schema: Any, **options: Any) -> Grammar:
+        """Compile a JSON Schema; the result's ``report`` says what was and was not enforced."""
+        from formcast.grammar.json_schema import compile_json_schema
+
+        return compile_json_schema(schema, **options)
+
+
+def _undefined_refs(expr: Expr, rules: Mapping[str, Expr]) -> list[str]:
+    missing: list[str] = []
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Ref):
+            if e.name not in rules:
+                missing.append(e.name)
+        elif isinstance(e, Seq | Choice):
+            stack.extend(e.items)
+        elif isinstance(e, Repeat):
+            stack.append(e.item)
+    return missing
+
+
+def iter_refs(expr: Expr) -> Iterable[str]:
+    """Names of the rules that ``expr`` refers to directly."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Ref):
+            yield e.name
+        elif isinstance(e, Seq | Choice):
+            stack.extend(e.items)
+        elif isinstance(e, Repeat):
+            stack.append(e.item)
