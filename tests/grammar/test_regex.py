@@ -6,6 +6,7 @@ import pytest
 
 from formcast.errors import GrammarError, RegexSyntaxError, UnsupportedRegexError
 from formcast.grammar.ir import NOTHING, CharSet, Grammar, Literal, Repeat, lit
+from formcast.grammar.recognize import recognizes
 from formcast.grammar.regex import regex_to_expr
 
 
@@ -59,6 +60,8 @@ def test_grammar_from_regex_is_a_full_match_grammar() -> None:
     (r"\p{L}", 1, "property"),
     ("(?i)abc", 1, "flags"),
     ("(^a)*", 1, "anchor"),
+    (r"x\uD83D", 2, "surrogate"),
+    (r"\uD83D[\uDE00-\uDE4F]+", 1, "surrogate"),  # '+' would repeat half a character
 ])
 def test_unsupported_features_name_the_column(pattern: str, column: int, fragment: str) -> None:
     with pytest.raises(UnsupportedRegexError) as info:
@@ -79,3 +82,46 @@ def test_syntax_errors_name_the_column(pattern: str, column: int) -> None:
         regex_to_expr(pattern)
     assert (info.value.line, info.value.column) == (1, column)
     assert pattern in str(info.value)  # the source line is shown under the message
+
+
+# ----------------------------------------------------------------------------- languages
+# Where ECMA-262 (JSON Schema's dialect) and Python's re differ, the ECMA answer is checked here;
+# agreement with Python elsewhere is checked by hypothesis in test_recognize.py.
+
+
+def _full(pattern: str, text: str) -> bool:
+    return recognizes(Grammar({"root": regex_to_expr(pattern)}), text.encode())
+
+
+def _search(pattern: str, text: str) -> bool:
+    return recognizes(Grammar({"root": regex_to_expr(pattern, search=True)}), text.encode())
+
+
+@pytest.mark.parametrize(("pattern", "text", "expected"), [
+    (".", "\r", False), (".", "\u2028", False), (".", "\n", False), (".", "😀", True),
+    (r"\s", "\u00a0", True), (r"\s", "\ufeff", True), (r"\s", "\x1c", False),
+    (r"\d", "٣", False), (r"\w", "é", False), (r"\W", "é", True),
+    ("a$", "a\n", False), ("[^]", "\n", True), ("[]", "", False),
+    (r"[\d-z]", "-", True), (r"[\d-z]", "y", False), (r"[\b]", "\b", True),
+    (r"[^\D]", "5", True), (r"[^\D]", "x", False),
+    ("a{,2}", "a{,2}", True), ("a{,2}", "aa", False),
+    ("(?<year>\\d{4})-(?:0[1-9]|1[0-2])", "2024-12", True),
+    (r"^\uD83D[\uDE00-\uDE4F]$", "😀", True),
+    (r"[\u{1F600}-\u{1F64F}]+", "😀🙏", True),
+])
+def test_ecma_semantics(pattern: str, text: str, expected: bool) -> None:
+    assert _full(pattern, text) is expected
+
+
+@pytest.mark.parametrize(("pattern", "text", "expected"), [
+    ("b", "abc", True), ("b", "ac", False), ("b", "a\nb\n", True),
+    ("^a", "abc", True), ("^a", "bac", False),
+    ("c$", "abc", True), ("c$", "abc\n", False),
+    ("^b$", "b", True), ("^b$", "bb", False),
+    ("^a|c$", "axx", True), ("^a|c$", "xxc", True), ("^a|c$", "xax", False),
+    ("(^a|b)c", "xbc", True), ("(^a|b)c", "xac", False), ("(^a|b)c", "acx", True),
+    ("a?^b", "bx", True), ("x^b", "xb", False),
+    ("^[a-z]+$", "", False), ("", "anything", True), ("^$", "", True), ("^$", "x", False),
+])
+def test_search_mode_is_json_schema_pattern(pattern: str, text: str, expected: bool) -> None:
+    assert _search(pattern, text) is expected

@@ -320,7 +320,23 @@ class _Parser:
         if c in "pP":
             raise self._unsupported(f"Unicode property escapes '\\{c}{{...}}' are not supported",
                                     start)
-        return lit(chr(self._char_escape(start)))
+        code = self._char_escape(start)
+        if 0xD800 <= code <= 0xDFFF:
+            return self._surrogate_pair_class(code, start)
+        return lit(chr(code))
+
+    def _surrogate_pair_class(self, high: int, start: int) -> Expr:
+        """``\uD83D[\uDE00-\uDE4F]``: a UTF-16 spelling of an astral range, as JavaScript
+        reads it. Any other lone surrogate cannot occur in UTF-8 text."""
+        class_at = self.pos
+        if 0xD800 <= high <= 0xDBFF and self._peek() == "[":
+            ranges, negated = self._class_ranges()
+            base = 0x10000 + ((high - 0xD800) << 10) - 0xDC00
+            if (not negated and ranges and ranges[0][0] >= 0xDC00 and ranges[-1][1] <= 0xDFFF
+                    and not self._quantifier_ahead()):
+                return chars([(lo + base, hi + base) for lo, hi in ranges])
+            self.pos = class_at
+        raise self._unsupported(f"lone surrogate U+{high:04X} cannot be matched in UTF-8", start)
 
     def _char_escape(self, start: int, *, in_class: bool = False) -> int:
         """A single-character escape after the backslash; returns its code point."""
@@ -342,10 +358,7 @@ class _Parser:
         if c.isdigit():
             raise self._unsupported("octal escapes are not supported", start)
         if not c.isalnum() and c != "_":
-            code = ord(c)  # identity escape of punctuation, space, or any non-ASCII char
-            if 0xD800 <= code <= 0xDFFF and not in_class:
-                raise self._unsupported("lone surrogate cannot be matched in UTF-8", start)
-            return code
+            return ord(c)  # identity escape of punctuation, space, or any non-ASCII char
         raise self._error(f"unknown escape '\\{c}'", start)
 
     def _hex(self, digits: int, start: int) -> int:
@@ -384,6 +397,15 @@ class _Parser:
     # -- character classes
 
     def _class(self) -> Expr:
+        merged, negated = self._class_ranges()
+        if not negated and len(merged) == 1 and merged[0][0] == merged[0][1]:
+            code = merged[0][0]
+            if not 0xD800 <= code <= 0xDFFF:
+                return lit(chr(code))
+        cs = chars(merged, negated)
+        return cs if cs.codepoint_ranges() else NOTHING
+
+    def _class_ranges(self) -> tuple[Ranges, bool]:
         open_at = self.pos
         self.pos += 1
         negated = self._peek() == "^"
@@ -410,13 +432,7 @@ class _Parser:
                 _extend(items, hi)
                 items.append((ord("-"), ord("-")))
             _extend(items, lo)
-        merged = merge_ranges(items)
-        if not negated and len(merged) == 1 and merged[0][0] == merged[0][1]:
-            code = merged[0][0]
-            if not 0xD800 <= code <= 0xDFFF:
-                return lit(chr(code))
-        cs = chars(merged, negated)
-        return cs if cs.codepoint_ranges() else NOTHING
+        return merge_ranges(items), negated
 
     def _class_atom(self) -> int | Ranges:
         start = self.pos
