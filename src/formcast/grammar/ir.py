@@ -161,14 +161,15 @@ def ref(name: str) -> Ref:
     return Ref(name)
 
 
-def chars(ranges: Iterable[tuple[int, int] | str], negated: bool = False) -> CharSet:
-    """A character set from ``(lo, hi)`` code point pairs or single-character strings."""
+def chars(ranges: Iterable[tuple[int, int] | tuple[str, str] | str], negated: bool = False) -> CharSet:
+    """A character set from ``(lo, hi)`` pairs (code points or characters) or strings of
+    single characters."""
     out: list[tuple[int, int]] = []
     for r in ranges:
         if isinstance(r, str):
             out.extend((ord(c), ord(c)) for c in r)
         else:
-            lo, hi = r
+            lo, hi = (ord(x) if isinstance(x, str) else x for x in r)
             if lo > hi:
                 raise GrammarError(f"character range {lo:#x}-{hi:#x} is reversed")
             out.append((lo, hi))

@@ -1,0 +1,501 @@
+"""Compile a grammar IR into byte-level DFAs joined by rule calls.
+
+Every rule that is not part of a recursion cycle is inlined into the rules that use it, so a
+grammar without recursion (any non-recursive JSON Schema, any regex) becomes ONE byte DFA and
+the matcher never needs a stack. Rules that close a cycle ("call rules") stay as call edges:
+the parser keeps a stack of return states for them, as a pushdown automaton would.
+
+Each call rule becomes a DFA over bytes plus call symbols. States from which no accepting state
+can be reached are pruned before determinisation, so every DFA state the matcher can enter can
+still finish: that is what makes "a walk under the mask never reaches a dead end" true.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from formcast.errors import GrammarError, LeftRecursionError
+from formcast.grammar.ir import (
+    ByteSet,
+    CharSet,
+    Choice,
+    Expr,
+    Grammar,
+    Literal,
+    Ref,
+    Repeat,
+    Seq,
+    iter_refs,
+    utf8_byte_sequences,
+)
+
+# A rule whose inlined automaton would exceed this many NFA states is kept as a call rule
+# even when it is not recursive: inlining is only an optimisation, calls are always correct.
+INLINE_LIMIT = 6000
+MAX_NFA_STATES = 2_000_000
+
+
+@dataclass
+class _NFA:
+    """Thompson NFA under construction: epsilon, byte-range and call edges per state."""
+
+    eps: list[list[int]] = field(default_factory=list)
+    byte_edges: list[list[tuple[int, int, int]]] = field(default_factory=list)
+    call_edges: list[list[tuple[int, int]]] = field(default_factory=list)
+
+    def new_state(self) -> int:
+        if len(self.eps) >= MAX_NFA_STATES:
+            raise GrammarError(
+                f"grammar is too large to compile: more than {MAX_NFA_STATES} automaton states "
+                "(large bounded repetitions multiply; try smaller bounds)"
+            )
+        self.eps.append([])
+        self.byte_edges.append([])
+        self.call_edges.append([])
+        return len(self.eps) - 1
+
+
+@dataclass
+class Automaton:
+    """The compiled grammar: one global numbering of DFA states over all call rules.
+
+    ``trans[q, b]`` is the state after byte ``b`` (-1: refused); ``calls[q]`` maps a call rule
+    index to the state reached after that rule completes; ``accepting[q]`` means the rule that
+    owns ``q`` may end here.
+    """
+
+    rule_names: list[str]
+    rule_start: list[int]
+    state_rule: np.ndarray
+    trans: np.ndarray
+    trans_rows: list[list[int]]
+    calls: list[tuple[tuple[int, int], ...]]
+    accepting: np.ndarray
+    accepting_list: list[bool]
+    has_bytes: list[bool]
+    root: int
+    compile_seconds: float
+    nfa_states: int
+
+    @property
+    def n_states(self) -> int:
+        return len(self.trans_rows)
+
+
+def compile_automaton(grammar: Grammar) -> Automaton:
+    """Compile ``grammar`` into an :class:`Automaton` (tokenizer-independent)."""
+    t0 = time.perf_counter()
+    rules = grammar.rules
+    call_rules = _choose_call_rules(rules, grammar.start)
+    builder = _Builder(rules, call_rules)
+    order = [grammar.start] + sorted(r for r in call_rules if r != grammar.start)
+    fragments = {name: builder.build_rule(name) for name in order}
+    # Inlining may have promoted more rules to calls while building: build those too.
+    while True:
+        missing = [r for r in builder.call_rules if r not in fragments]
+        if not missing:
+            break
+        for name in sorted(missing):
+            order.append(name)
+            fragments[name] = builder.build_rule(name)
+    nfa = builder.nfa
+    rule_index = {name: i for i, name in enumerate(order)}
+    live = _live_nfa_states(nfa, fragments, order, rule_index)
+    auto = _determinise(nfa, fragments, order, rule_index, live, grammar.start)
+    _check_left_recursion(auto)
+    auto.compile_seconds = time.perf_counter() - t0
+    return auto
+
+
+# ----------------------------------------------------------------------------- call rules
+
+
+def _choose_call_rules(rules: Mapping[str, Expr], start: str) -> set[str]:
+    """Pick rules to keep as calls so that the remaining reference graph has no cycles."""
+    graph = {name: set(iter_refs(body)) for name, body in rules.items()}
+    calls = {start}
+    while True:
+        sccs = _cyclic_sccs({n: {m for m in out if m not in calls} for n, out in graph.items()
+                             if n not in calls})
+        if not sccs:
+            return calls
+        for scc in sccs:
+            # Cut the member referenced most often from inside its cycle.
+            best = max(sorted(scc), key=lambda n: sum(n in graph[m] for m in scc))
+            calls.add(best)
+
+
+def _cyclic_sccs(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components that contain a cycle (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    result: list[set[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, it = work[-1]
+            advanced = False
+            for nxt in it:
+                if nxt not in graph:
+                    continue
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                comp = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    comp.add(member)
+                    if member == node:
+                        break
+                if len(comp) > 1 or node in graph[node]:
+                    result.append(comp)
+    return result
+
+
+# ----------------------------------------------------------------------------- NFA building
+
+
+class _Builder:
+    def __init__(self, rules: Mapping[str, Expr], call_rules: set[str]) -> None:
+        self.rules = rules
+        self.call_rules = set(call_rules)
+        self.nfa = _NFA()
+        self._size_memo: dict[str, int] = {}
+
+    def build_rule(self, name: str) -> tuple[int, int]:
+        start, end = self.nfa.new_state(), self.nfa.new_state()
+        self._build(self.rules[name], start, end, (name,))
+        return start, end
+
+    def _inline_size(self, name: str, path: tuple[str, ...]) -> int:
+        if name in self._size_memo:
+            return self._size_memo[name]
+        size = self._expr_size(self.rules[name], path + (name,))
+        self._size_memo[name] = size
+        return size
+
+    def _expr_size(self, e: Expr, path: tuple[str, ...]) -> int:
+        if isinstance(e, Literal):
+            return len(e.data) + 1
+        if isinstance(e, ByteSet | CharSet):
+            return 4
+        if isinstance(e, Seq | Choice):
+            return 2 + sum(self._expr_size(i, path) for i in e.items)
+        if isinstance(e, Repeat):
+            copies = max(e.min, 1) if e.max is None else e.max
+            return 2 + copies * self._expr_size(e.item, path)
+        if isinstance(e, Ref):
+            if e.name in self.call_rules or e.name in path:
+                return 2
+            return self._inline_size(e.name, path)
+        raise GrammarError(f"unknown IR node {e!r}")
+
+    def _build(self, e: Expr, start: int, end: int, path: tuple[str, ...]) -> None:
+        nfa = self.nfa
+        if isinstance(e, Literal):
+            cur = start
+            for i, byte in enumerate(e.data):
+                nxt = end if i == len(e.data) - 1 else nfa.new_state()
+                nfa.byte_edges[cur].append((byte, byte, nxt))
+                cur = nxt
+            if not e.data:
+                nfa.eps[start].append(end)
+        elif isinstance(e, ByteSet):
+            for lo, hi in e.ranges:
+                nfa.byte_edges[start].append((lo, hi, end))
+        elif isinstance(e, CharSet):
+            for lo, hi in e.codepoint_ranges():
+                for byte_ranges in utf8_byte_sequences(lo, hi):
+                    cur = start
+                    for i, (blo, bhi) in enumerate(byte_ranges):
+                        nxt = end if i == len(byte_ranges) - 1 else nfa.new_state()
+                        nfa.byte_edges[cur].append((blo, bhi, nxt))
+                        cur = nxt
+        elif isinstance(e, Seq):
+            if not e.items:
+                nfa.eps[start].append(end)
+                return
+            cur = start
+            for i, item in enumerate(e.items):
+                nxt = end if i == len(e.items) - 1 else nfa.new_state()
+                self._build(item, cur, nxt, path)
+                cur = nxt
+        elif isinstance(e, Choice):
+            for item in e.items:
+                s = nfa.new_state()
+                nfa.eps[start].append(s)
+                self._build(item, s, end, path)
+        elif isinstance(e, Repeat):
+            self._build_repeat(e, start, end, path)
+        elif isinstance(e, Ref):
+            self._build_ref(e.name, start, end, path)
+        else:
+            raise GrammarError(f"unknown IR node {e!r}")
+
+    def _build_repeat(self, e: Repeat, start: int, end: int, path: tuple[str, ...]) -> None:
+        nfa = self.nfa
+        cur = start
+        for _ in range(e.min):
+            nxt = nfa.new_state()
+            self._build(e.item, cur, nxt, path)
+            cur = nxt
+        if e.max is None:
+            # item* after the mandatory copies: a loop through a fresh hub state.
+            hub = nfa.new_state()
+            nfa.eps[cur].append(hub)
+            body_end = nfa.new_state()
+            self._build(e.item, hub, body_end, path)
+            nfa.eps[body_end].append(hub)
+            nfa.eps[hub].append(end)
+            return
+        for _ in range(e.max - e.min):
+            nfa.eps[cur].append(end)
+            nxt = nfa.new_state()
+            self._build(e.item, cur, nxt, path)
+            cur = nxt
+        nfa.eps[cur].append(end)
+
+    def _build_ref(self, name: str, start: int, end: int, path: tuple[str, ...]) -> None:
+        if name not in self.call_rules and name not in path and \
+                self._inline_size(name, path) > INLINE_LIMIT:
+            self.call_rules.add(name)
+        if name in self.call_rules or name in path:
+            self.call_rules.add(name)
+            self.nfa.call_edges[start].append((name, end))  # type: ignore[arg-type]
+            return
+        self._build(self.rules[name], start, end, path + (name,))
+
+
+# ----------------------------------------------------------------------------- liveness
+
+
+def _live_nfa_states(nfa: _NFA, fragments: dict[str, tuple[int, int]], order: list[str],
+                     rule_index: dict[str, int]) -> list[bool]:
+    """NFA states from which their rule's end can be reached, through productive calls only.
+
+    A call edge counts only once the called rule is productive (its start is live), so a
+    backward search from every rule end settles liveness and productivity together.
+    """
+    n = len(nfa.eps)
+    reverse: list[list[int]] = [[] for _ in range(n)]
+    call_reverse: list[list[tuple[str, int]]] = [[] for _ in range(n)]
+    for s in range(n):
+        for t in nfa.eps[s]:
+            reverse[t].append(s)
+        for _, _, t in nfa.byte_edges[s]:
+            reverse[t].append(s)
+        for name, t in nfa.call_edges[s]:
+            call_reverse[t].append((name, s))
+    starts = {fragments[name][0]: name for name in order}
+    live = [False] * n
+    productive: set[str] = set()
+    waiting: dict[str, list[int]] = {}
+    stack = []
+
+    def mark(s: int) -> None:
+        if not live[s]:
+            live[s] = True
+            stack.append(s)
+
+    for name in order:
+        mark(fragments[name][1])
+    while stack:
+        t = stack.pop()
+        name = starts.get(t)
+        if name is not None and name not in productive:
+            productive.add(name)
+            for s in waiting.pop(name, ()):
+                mark(s)
+        for s in reverse[t]:
+            mark(s)
+        for callee, s in call_reverse[t]:
+            if callee in productive:
+                mark(s)
+            else:
+                waiting.setdefault(callee, []).append(s)
+    return live
+
+
+# ----------------------------------------------------------------------------- determinisation
+
+
+def _determinise(nfa: _NFA, fragments: dict[str, tuple[int, int]], order: list[str],
+                 rule_index: dict[str, int], live: list[bool], start_rule: str) -> Automaton:
+    eps_memo: dict[int, frozenset[int]] = {}
+
+    def closure(s: int) -> frozenset[int]:
+        got = eps_memo.get(s)
+        if got is not None:
+            return got
+        seen = {s}
+        stack = [s]
+        while stack:
+            x = stack.pop()
+            for y in nfa.eps[x]:
+                if live[y] and y not in seen:
+                    seen.add(y)
+                    stack.append(y)
+        result = frozenset(seen)
+        eps_memo[s] = result
+        return result
+
+    def important(states: frozenset[int], end: int) -> frozenset[int]:
+        return frozenset(x for x in states
+                         if nfa.byte_edges[x] or nfa.call_edges[x] or x == end)
+
+    ids: dict[tuple[int, frozenset[int]], int] = {}
+    sets: list[tuple[int, frozenset[int]]] = []
+    rows: list[list[int]] = []
+    calls: list[tuple[tuple[int, int], ...]] = []
+    accepting: list[bool] = []
+    rule_start: list[int] = []
+    work: list[int] = []
+
+    def intern(rule: int, states: frozenset[int]) -> int:
+        key = (rule, states)
+        got = ids.get(key)
+        if got is not None:
+            return got
+        idx = len(sets)
+        ids[key] = idx
+        sets.append(key)
+        rows.append([])
+        calls.append(())
+        accepting.append(fragments[order[rule]][1] in states)
+        work.append(idx)
+        return idx
+
+    for r, name in enumerate(order):
+        start, end = fragments[name]
+        if not live[start]:
+            # The rule matches nothing: it gets a start state with no way out.
+            rule_start.append(intern(r, frozenset()))
+            continue
+        rule_start.append(intern(r, important(closure(start), end)))
+
+    while work:
+        q = work.pop()
+        r, states = sets[q]
+        end = fragments[order[r]][1]
+        edges = [(lo, hi, t) for x in states for lo, hi, t in nfa.byte_edges[x] if live[t]]
+        row = [-1] * 256
+        if edges:
+            points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+            for a, b in zip(points, points[1:], strict=False):
+                targets = frozenset().union(*(closure(t) for lo, hi, t in edges if lo <= a and b - 1 <= hi))
+                if not targets:
+                    continue
+                target = intern(r, important(targets, end))
+                row[a:b] = [target] * (b - a)
+        rows[q] = row
+        call_map: dict[int, set[int]] = {}
+        for x in states:
+            for name, t in nfa.call_edges[x]:
+                if live[t] and live[fragments[name][0]]:
+                    call_map.setdefault(rule_index[name], set()).update(closure(t))
+        calls[q] = tuple(sorted((cr, intern(r, important(frozenset(ts), end)))
+                                for cr, ts in call_map.items()))
+
+    trans = np.array(rows, dtype=np.int32).reshape(len(rows), 256)
+    state_rule = np.array([r for r, _ in sets], dtype=np.int32)
+    has_bytes = [any(t >= 0 for t in row) for row in rows]
+    return Automaton(
+        rule_names=order,
+        rule_start=rule_start,
+        state_rule=state_rule,
+        trans=trans,
+        trans_rows=rows,
+        calls=calls,
+        accepting=np.array(accepting, dtype=bool),
+        accepting_list=accepting,
+        has_bytes=has_bytes,
+        root=rule_index[start_rule],
+        compile_seconds=0.0,
+        nfa_states=len(nfa.eps),
+    )
+
+
+def _check_left_recursion(auto: Automaton) -> None:
+    """Refuse rules that can call themselves before consuming a byte (the stack would grow
+    forever); name the cycle."""
+    nullable = [auto.accepting_list[s] for s in auto.rule_start]
+    # A rule is nullable if its start can reach acceptance via nullable calls only.
+    changed = True
+    while changed:
+        changed = False
+        for r, s in enumerate(auto.rule_start):
+            if nullable[r]:
+                continue
+            seen = {s}
+            stack = [s]
+            while stack and not nullable[r]:
+                q = stack.pop()
+                if auto.accepting_list[q]:
+                    nullable[r] = True
+                    changed = True
+                for cr, t in auto.calls[q]:
+                    if nullable[cr] and t not in seen:
+                        seen.add(t)
+                        stack.append(t)
+    left: dict[int, set[int]] = {}
+    for r, s in enumerate(auto.rule_start):
+        seen = {s}
+        stack = [s]
+        while stack:
+            q = stack.pop()
+            for cr, t in auto.calls[q]:
+                left.setdefault(r, set()).add(cr)
+                if nullable[cr] and t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+    for r in range(len(auto.rule_start)):
+        path = _find_cycle(left, r)
+        if path:
+            names = " -> ".join(auto.rule_names[x] for x in path)
+            raise LeftRecursionError(
+                f"rule {auto.rule_names[r]!r} is left-recursive ({names}): it can call itself "
+                "before consuming any input; rewrite it with repetition, e.g. "
+                "'expr ::= term (\"+\" term)*'"
+            )
+
+
+def _find_cycle(graph: dict[int, set[int]], start: int) -> list[int] | None:
+    stack = [(start, [start])]
+    seen = set()
+    while stack:
+        node, path = stack.pop()
+        for nxt in graph.get(node, ()):
+            if nxt == start:
+                return path + [start]
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append((nxt, path + [nxt]))
+    return None
