@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from formcast.engine.lexer import Automaton
-from formcast.engine.parser import Parser, State
+from formcast.engine.parser import DenseStates, Parser, State
 
 MASK_CACHE_BYTES = 256 * 1024 * 1024
 # A state that loops on at least this many bytes gets its looping tokens from a slice.
@@ -72,34 +72,37 @@ class TokenTable:
 
 @dataclass(frozen=True)
 class StateVerdict:
-    """What the tokens do from one DFA state, independent of the stack below it."""
+    """What the tokens do from one DFA state ``q``, whatever the stack below it."""
 
-    allowed: np.ndarray  # bool over the vocabulary: consumed entirely inside the rule
-    via_call: np.ndarray  # token ids that reach a call-capable state mid-token, then die
-    via_return: np.ndarray  # token ids that reach an accepting state mid-token, then die
+    allowed: np.ndarray  # bool over the vocabulary: consumable without leaving q's frame
+    needs_context: np.ndarray  # token ids that can only go on by returning below q's frame
 
 
-def classify_tokens(auto: Automaton, table: TokenTable, q: int,
-                    call_capable: np.ndarray) -> StateVerdict:
-    """Step the DFA from ``q`` over every token at once (numpy, one gather per byte)."""
+def classify_tokens(dense: DenseStates, table: TokenTable, q: int) -> StateVerdict:
+    """Walk every token from the one-frame stack ``(q,)`` at once: one numpy gather per byte.
+
+    Calls entered mid-token are followed (they do not depend on the context); a token that
+    reaches a point where ``q``'s own frame could finish, and cannot go on otherwise, is
+    context-dependent and left to the caller.
+    """
     n = len(table.ids)
-    trans = auto.trans
+    if n == 0:
+        return StateVerdict(np.zeros(table.size, dtype=bool), np.zeros(0, np.int64))
+    base = dense.intern(frozenset(((q,),)))
+    cols = table.cols
     lens = table.lens
     allowed_rows = np.zeros(n, dtype=bool)
-    flag_call = np.zeros(n, dtype=bool)
-    flag_ret = np.zeros(n, dtype=bool)
+    flagged = np.zeros(n, dtype=bool)
     died = np.zeros(n, dtype=bool)
-    if n == 0:
-        empty = np.zeros(table.size, dtype=bool)
-        return StateVerdict(empty, np.zeros(0, np.int64), np.zeros(0, np.int64))
-    cols = table.cols
-    loop = trans[q] == q
+    dense.ensure_rows(np.array([base]))
+    base_row = dense.table[base]
     todo = None
+    loop = base_row == base
     if loop.sum() >= SLICE_MIN_BYTES:
         inside = table.rows_within(loop)
         allowed_rows |= inside
         todo = np.nonzero(~inside)[0]
-    first = trans[q, cols[0] if todo is None else cols[0, todo]]
+    first = base_row[cols[0] if todo is None else cols[0, todo]]
     first_ok = first >= 0
     if todo is None:
         rows = np.nonzero(first_ok)[0]
@@ -108,9 +111,8 @@ def classify_tokens(auto: Automaton, table: TokenTable, q: int,
         rows = todo[first_ok]
         died[todo[~first_ok]] = True
     cur = first[first_ok]
-    accepting = auto.accepting
     for i in range(1, table.max_len + 1):
-        # ``rows`` have consumed i bytes and sit in ``cur``.
+        # ``rows`` have consumed i bytes and sit in dense states ``cur``.
         done = lens[rows] == i
         if done.any():
             allowed_rows[rows[done]] = True
@@ -118,9 +120,9 @@ def classify_tokens(auto: Automaton, table: TokenTable, q: int,
             rows, cur = rows[keep], cur[keep]
         if rows.size == 0:
             break
-        flag_call[rows[call_capable[cur]]] = True
-        flag_ret[rows[accepting[cur]]] = True
-        nxt = trans[cur, cols[i, rows]]
+        flagged[rows[dense.finishes[cur]]] = True
+        dense.ensure_rows(cur)
+        nxt = dense.table[cur, cols[i, rows]]
         ok = nxt >= 0
         if not ok.all():
             died[rows[~ok]] = True
@@ -129,9 +131,7 @@ def classify_tokens(auto: Automaton, table: TokenTable, q: int,
             cur = nxt
     allowed = np.zeros(table.size, dtype=bool)
     allowed[table.ids[allowed_rows]] = True
-    via_call = table.ids[died & flag_call]
-    via_return = table.ids[died & flag_ret & ~flag_call]
-    return StateVerdict(allowed, via_call, via_return)
+    return StateVerdict(allowed, table.ids[died & flagged])
 
 
 class MaskCache:
@@ -141,7 +141,7 @@ class MaskCache:
         self.auto = auto
         self.parser = parser
         self.table = table
-        self.call_capable = np.array([bool(c) for c in auto.calls], dtype=bool)
+        self.dense = DenseStates(parser)
         self._verdicts: dict[int, StateVerdict] = {}
         self._masks: OrderedDict[State, np.ndarray] = OrderedDict()
         self._packed: dict[State, np.ndarray] = {}
@@ -153,7 +153,7 @@ class MaskCache:
     def verdict(self, q: int) -> StateVerdict:
         got = self._verdicts.get(q)
         if got is None:
-            got = classify_tokens(self.auto, self.table, q, self.call_capable)
+            got = classify_tokens(self.dense, self.table, q)
             self._verdicts[q] = got
         return got
 
@@ -185,21 +185,39 @@ class MaskCache:
             self.cache_hits += 1
         return got
 
+    def _with_returns(self, state: State) -> list[tuple[int, ...]]:
+        """The kernels of ``state`` plus those reached by returning, before any byte, from
+        frames that can finish right now (their verdicts are only valid one frame up)."""
+        dense = self.dense
+        out = list(state)
+        seen = set(out)
+        i = 0
+        while i < len(out):
+            kernel = out[i]
+            i += 1
+            if len(kernel) > 1 and dense.finishes[dense.intern(frozenset((kernel[-1:],)))]:
+                parent = kernel[:-1]
+                if parent not in seen:
+                    seen.add(parent)
+                    out.append(parent)
+        return out
+
     def _compute(self, state: State) -> np.ndarray:
         parser = self.parser
         token_bytes = self.table.token_bytes
-        verdicts = [(st, self.verdict(st[-1])) for st in state]
+        verdicts = [(kernel, self.verdict(kernel[-1])) for kernel in self._with_returns(state)]
         if len(verdicts) == 1:
             mask = verdicts[0][1].allowed.copy()
         else:
             mask = np.zeros(self.table.size, dtype=bool)
             for _, v in verdicts:
                 mask |= v.allowed
-        for st, v in verdicts:
-            candidates = v.via_call if len(st) == 1 else np.concatenate((v.via_call, v.via_return))
-            if candidates.size == 0:
+        for kernel, v in verdicts:
+            # A one-frame kernel is the root: nothing lies below it to return to.
+            if len(kernel) == 1 or v.needs_context.size == 0:
                 continue
-            single = frozenset((st,))
+            single = frozenset((kernel,))
+            candidates = v.needs_context
             for tid in candidates[~mask[candidates]].tolist():
                 if parser.advance(single, token_bytes[tid]):
                     mask[tid] = True

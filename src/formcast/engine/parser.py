@@ -1,13 +1,17 @@
 """The grammar state: a set of stacks over the compiled automaton (a pushdown automaton).
 
 A stack is a tuple of DFA state ids; its last element is the current position, the ones below
-are return states of pending rule calls. A parser state is a frozenset of such stacks, always
-kept *closed*: every pending call has been entered and every finished rule returned from, so
-each stack's top is a state that can consume a byte (or the finished root). That makes the
-state canonical — two prefixes that allow the same futures in the same way reach the same
-frozenset — so it doubles as the key of the mask cache.
+are return states of pending rule calls. A parser state is a frozenset of *kernel* stacks: the
+stacks exactly as a byte left them, before entering pending calls or returning from finished
+rules. Closing a kernel (``close_stack``) expands those moves; it is memoised per kernel.
 
-Transitions are memoised per (state, byte); the warm path of ``advance`` is dictionary lookups.
+Kernel sets are canonical enough to key the mask cache, and they make the mask of a stack
+depend on its top alone *unless* a token returns below that top mid-token: a kernel ``(..., q)``
+behaves like the one-frame stack ``(q,)`` until the frame of ``q`` finishes. The mask cache
+uses exactly that to classify tokens once per ``q`` for every context.
+
+``DenseStates`` numbers parser states on demand and fills a numpy transition table row by row,
+so a walk of the whole vocabulary from one state is a numpy gather per byte position.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ _MEMO_LIMIT = 200_000
 
 
 class Parser:
-    """Stateless operations on parser states for one compiled automaton (shareable)."""
+    """Operations on parser states for one compiled automaton (shareable; not thread-safe:
+    callers hold the compiled grammar's lock)."""
 
     def __init__(self, automaton: Automaton) -> None:
         self.auto = automaton
@@ -34,17 +39,18 @@ class Parser:
         self._calls = automaton.calls
         self._accepting = automaton.accepting_list
         self._has_bytes = automaton.has_bytes
-        self._closure_memo: dict[Stack, frozenset[Stack]] = {}
+        self._closure_memo: dict[Stack, tuple[Stack, ...]] = {}
         self._step_memo: OrderedDict[tuple[State, int], State] = OrderedDict()
-        self.initial: State = self.close_stack((automaton.rule_start[automaton.root],))
+        self.initial: State = frozenset(((automaton.rule_start[automaton.root],),))
 
     # -- closure ------------------------------------------------------------------------
-    def close_stack(self, stack: Stack) -> frozenset[Stack]:
-        """All stacks reachable from ``stack`` by entering calls and returning from rules."""
+    def close_stack(self, stack: Stack) -> tuple[Stack, ...]:
+        """Stacks reachable from ``stack`` by entering calls and returning from finished
+        rules, keeping those that can take a byte (and the finished root)."""
         got = self._closure_memo.get(stack)
         if got is not None:
             return got
-        out: set[Stack] = set()
+        out: list[Stack] = []
         seen = {stack}
         work = [stack]
         rule_start = self.auto.rule_start
@@ -52,7 +58,7 @@ class Parser:
             st = work.pop()
             top = st[-1]
             if self._has_bytes[top] or (len(st) == 1 and self._accepting[top]):
-                out.add(st)
+                out.append(st)
             if len(st) < MAX_STACK_DEPTH:
                 below = st[:-1]
                 for rule, ret in self._calls[top]:
@@ -65,11 +71,18 @@ class Parser:
                 if nxt not in seen:
                     seen.add(nxt)
                     work.append(nxt)
-        result = frozenset(out)
+        result = tuple(sorted(out))
         if len(self._closure_memo) > _MEMO_LIMIT:
             self._closure_memo.clear()
         self._closure_memo[stack] = result
         return result
+
+    def closed(self, state: State) -> list[Stack]:
+        """Every closed stack of ``state``."""
+        out: list[Stack] = []
+        for kernel in state:
+            out.extend(self.close_stack(kernel))
+        return out
 
     # -- stepping -----------------------------------------------------------------------
     def step(self, state: State, byte: int) -> State:
@@ -81,10 +94,11 @@ class Parser:
             return got
         rows = self._rows
         out: set[Stack] = set()
-        for st in state:
-            nxt = rows[st[-1]][byte]
-            if nxt >= 0:
-                out |= self.close_stack(st[:-1] + (nxt,))
+        for kernel in state:
+            for st in self.close_stack(kernel):
+                nxt = rows[st[-1]][byte]
+                if nxt >= 0:
+                    out.add(st[:-1] + (nxt,))
         result = frozenset(out)
         if len(memo) >= _MEMO_LIMIT:
             memo.popitem(last=False)
@@ -100,16 +114,76 @@ class Parser:
                 return state
         return state
 
-    def advance_stack(self, stack: Stack, data: bytes) -> bool:
-        """Whether ``data`` can be consumed starting from the single (closed) ``stack``."""
-        return bool(self.advance(frozenset((stack,)), data)) if data else True
-
     def is_accepting(self, state: State) -> bool:
-        return any(len(st) == 1 and self._accepting[st[-1]] for st in state)
+        """Whether the root rule can finish here (only a one-frame stack can)."""
+        accepting = self._accepting
+        return any(len(st) == 1 and accepting[st[-1]] for st in self.closed(state))
 
     def allowed_bytes(self, state: State) -> list[int]:
         """Bytes that can come next."""
-        tops = [st[-1] for st in state]
+        tops = [st[-1] for st in self.closed(state)]
         if not tops:
             return []
         return np.nonzero((self.auto.trans[tops] >= 0).any(axis=0))[0].tolist()
+
+
+class DenseStates:
+    """Parser states numbered on demand, with a numpy table of their byte transitions.
+
+    Rows are filled lazily (``ensure_rows``): a new state's 256 successors are grouped by the
+    tuple of its stacks' DFA rows, so a state costs one closure per *distinct* successor.
+    ``finishes[i]`` marks states where the base frame (the one-frame stack) can end: a token
+    walked from a one-frame state that passes such a point mid-token depends on the context.
+    """
+
+    UNFILLED = -2
+
+    def __init__(self, parser: Parser, capacity: int = 1024) -> None:
+        self.parser = parser
+        self.ids: dict[State, int] = {}
+        self.states: list[State] = []
+        self.table = np.full((capacity, 256), self.UNFILLED, dtype=np.int32)
+        self.finishes = np.zeros(capacity, dtype=bool)
+        self.filled = np.zeros(capacity, dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def intern(self, state: State) -> int:
+        got = self.ids.get(state)
+        if got is not None:
+            return got
+        idx = len(self.states)
+        if idx >= self.table.shape[0]:
+            grow = self.table.shape[0]
+            self.table = np.vstack([self.table, np.full((grow, 256), self.UNFILLED, np.int32)])
+            self.finishes = np.concatenate([self.finishes, np.zeros(grow, bool)])
+            self.filled = np.concatenate([self.filled, np.zeros(grow, bool)])
+        self.ids[state] = idx
+        self.states.append(state)
+        self.finishes[idx] = self.parser.is_accepting(state)
+        return idx
+
+    def ensure_rows(self, ids: np.ndarray) -> None:
+        """Fill the transition rows of the given state ids that are not filled yet."""
+        pending = ids[~self.filled[ids]]
+        if pending.size == 0:
+            return
+        trans = self.parser.auto.trans
+        for sid in np.unique(pending).tolist():
+            stacks = self.parser.closed(self.states[sid])
+            if not stacks:
+                self.table[sid] = -1
+                self.filled[sid] = True
+                continue
+            tops = np.array([st[-1] for st in stacks], dtype=np.int64)
+            rows = trans[tops]  # (k, 256)
+            uniq, inverse = np.unique(rows, axis=1, return_inverse=True)
+            targets = np.empty(uniq.shape[1], dtype=np.int32)
+            for col in range(uniq.shape[1]):
+                nexts = uniq[:, col]
+                kernel = frozenset(st[:-1] + (int(n),) for st, n in zip(stacks, nexts.tolist(), strict=True)
+                                   if n >= 0)
+                targets[col] = self.intern(kernel) if kernel else -1
+            self.table[sid] = targets[inverse.reshape(-1)]
+            self.filled[sid] = True
