@@ -22,6 +22,7 @@ import numpy as np
 
 from formcast.engine.lexer import Automaton
 from formcast.engine.parser import DenseStates, Parser, State
+from formcast.engine.token_trie import TokenTrie, concat_ranges
 
 MASK_CACHE_BYTES = 256 * 1024 * 1024
 # A state that loops on at least this many bytes gets its looping tokens from a slice.
@@ -29,45 +30,13 @@ SLICE_MIN_BYTES = 32
 
 
 class TokenTable:
-    """A vocabulary as numpy arrays: token byte strings padded and sorted by length."""
+    """A vocabulary prepared for mask computation: its token trie and EOS ids."""
 
     def __init__(self, token_bytes: list[bytes], size: int, eos_ids: frozenset[int]) -> None:
         self.size = size
         self.eos_ids = np.array(sorted(t for t in eos_ids if 0 <= t < size), dtype=np.int64)
-        ids = [t for t in range(min(size, len(token_bytes))) if token_bytes[t]]
-        ids.sort(key=lambda t: len(token_bytes[t]))
-        self.ids = np.array(ids, dtype=np.int64)
-        self.lens = np.array([len(token_bytes[t]) for t in ids], dtype=np.int32)
-        self.max_len = int(self.lens.max()) if len(ids) else 0
-        mat = np.zeros((len(ids), max(self.max_len, 1)), dtype=np.uint8)
-        for row, t in enumerate(ids):
-            data = token_bytes[t]
-            mat[row, : len(data)] = np.frombuffer(data, dtype=np.uint8)
-        self.mat = mat
-        # Column-major copy: the DFA walk reads one byte position of many tokens at a time.
-        self.cols = np.ascontiguousarray(mat.T)
         self.token_bytes = token_bytes
-        self._slices: dict[bytes, np.ndarray] = {}
-        # Tokens are sorted by length, so "tokens longer than i" is a suffix of the arrays.
-        self.longer_than = np.searchsorted(self.lens, np.arange(self.max_len + 1), side="right")
-
-    def rows_within(self, byte_set: np.ndarray) -> np.ndarray:
-        """Bool over rows: the token's bytes all lie in ``byte_set`` (a 256-bool array).
-
-        This is llguidance's "slice" idea: a DFA state that loops on a large byte set (inside
-        a JSON string, say) allows every token made only of those bytes, so they need no walk.
-        Memoised per byte set; shared by every grammar on this vocabulary.
-        """
-        key = np.packbits(byte_set).tobytes()
-        got = self._slices.get(key)
-        if got is None:
-            inside = np.ones(len(self.ids), dtype=bool)
-            for i in range(self.max_len):
-                start = self.longer_than[i]
-                inside[start:] &= byte_set[self.cols[i, start:]]
-            got = inside
-            self._slices[key] = got
-        return got
+        self.trie = TokenTrie(token_bytes, size)
 
 
 @dataclass(frozen=True)
@@ -79,59 +48,61 @@ class StateVerdict:
 
 
 def classify_tokens(dense: DenseStates, table: TokenTable, q: int) -> StateVerdict:
-    """Walk every token from the one-frame stack ``(q,)`` at once: one numpy gather per byte.
+    """Walk the token trie from the one-frame stack ``(q,)``: one numpy gather per level.
 
     Calls entered mid-token are followed (they do not depend on the context); a token that
-    reaches a point where ``q``'s own frame could finish, and cannot go on otherwise, is
+    passes a point where ``q``'s own frame could finish, and cannot go on otherwise, is
     context-dependent and left to the caller.
     """
-    n = len(table.ids)
-    if n == 0:
-        return StateVerdict(np.zeros(table.size, dtype=bool), np.zeros(0, np.int64))
-    base = dense.intern(frozenset(((q,),)))
-    cols = table.cols
-    lens = table.lens
+    trie = table.trie
+    n = trie.ids.size
     allowed_rows = np.zeros(n, dtype=bool)
-    flagged = np.zeros(n, dtype=bool)
-    died = np.zeros(n, dtype=bool)
+    needs: list[np.ndarray] = []
+    base = dense.intern(frozenset(((q,),)))
     dense.ensure_rows(np.array([base]))
-    base_row = dense.table[base]
-    todo = None
-    loop = base_row == base
-    if loop.sum() >= SLICE_MIN_BYTES:
-        inside = table.rows_within(loop)
-        allowed_rows |= inside
-        todo = np.nonzero(~inside)[0]
-    first = base_row[cols[0] if todo is None else cols[0, todo]]
-    first_ok = first >= 0
-    if todo is None:
-        rows = np.nonzero(first_ok)[0]
-        died[~first_ok] = True
-    else:
-        rows = todo[first_ok]
-        died[todo[~first_ok]] = True
-    cur = first[first_ok]
-    for i in range(1, table.max_len + 1):
-        # ``rows`` have consumed i bytes and sit in dense states ``cur``.
-        done = lens[rows] == i
-        if done.any():
-            allowed_rows[rows[done]] = True
-            keep = ~done
-            rows, cur = rows[keep], cur[keep]
-        if rows.size == 0:
+    loop = dense.table[base] == base
+    outside = trie.outside_prefix_sums(loop) if loop.sum() >= SLICE_MIN_BYTES else None
+    live = np.zeros(1, dtype=np.int64)
+    state = np.array([base], dtype=np.int64)
+    flag = np.zeros(1, dtype=bool)
+    for level in range(1, trie.max_len + 1):
+        dense.ensure_rows(state)
+        lo = trie.child_lo[level - 1][live]
+        hi = trie.child_hi[level - 1][live]
+        kids = concat_ranges(lo, hi)
+        if kids.size == 0:
             break
-        flagged[rows[dense.finishes[cur]]] = True
-        dense.ensure_rows(cur)
-        nxt = dense.table[cur, cols[i, rows]]
+        parent_pos = np.repeat(np.arange(live.size), hi - lo)
+        nxt = dense.table[state[parent_pos], trie.byte[level][kids]].astype(np.int64)
+        kid_flag = flag[parent_pos]
         ok = nxt >= 0
         if not ok.all():
-            died[rows[~ok]] = True
-            rows, cur = rows[ok], nxt[ok]
-        else:
-            cur = nxt
+            dead = kids[~ok & kid_flag]
+            if dead.size:
+                needs.append(concat_ranges(trie.node_row[level][dead], trie.node_hi[level][dead]))
+            kids, nxt, kid_flag = kids[ok], nxt[ok], kid_flag[ok]
+        ending = trie.end_rows[level]
+        if ending.size:
+            alive = np.zeros(trie.node_row[level].size, dtype=bool)
+            alive[kids] = True
+            allowed_rows[ending[alive[trie.end_node[level]]]] = True
+        if outside is not None:
+            # Slice: below a node still in the looping state, every token made only of
+            # looping bytes is allowed as a block.
+            lo_rows = trie.node_row[level][kids]
+            hi_rows = trie.node_hi[level][kids]
+            block = (nxt == base) & (outside[hi_rows] == outside[lo_rows])
+            if block.any():
+                allowed_rows[concat_ranges(lo_rows[block], hi_rows[block])] = True
+                keep = ~block
+                kids, nxt, kid_flag = kids[keep], nxt[keep], kid_flag[keep]
+        live, state, flag = kids, nxt, kid_flag | dense.finishes[nxt]
+        if live.size == 0:
+            break
     allowed = np.zeros(table.size, dtype=bool)
-    allowed[table.ids[allowed_rows]] = True
-    return StateVerdict(allowed, table.ids[died & flagged])
+    allowed[trie.ids[allowed_rows]] = True
+    needs_ids = trie.ids[np.concatenate(needs)] if needs else np.zeros(0, np.int64)
+    return StateVerdict(allowed, needs_ids)
 
 
 class MaskCache:

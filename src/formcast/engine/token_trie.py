@@ -1,0 +1,89 @@
+"""The vocabulary as a token trie laid out level by level in numpy arrays.
+
+Tokens are sorted by their bytes, so the tokens below any trie node (all tokens sharing its
+prefix) form one contiguous range of that order. Level ``L`` holds the distinct prefixes of
+length ``L``; each node knows its first byte-``L``, its parent at level ``L-1``, the range of
+its children at level ``L+1`` and the range of tokens below it. A walk of the whole vocabulary
+from one automaton state then costs one numpy gather per level over the *live* nodes only: a
+refused byte prunes every token below it at once (30,000 tokens that start with a space and
+die on their second byte cost ~100 node visits, not 30,000).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class TokenTrie:
+    """Level arrays of the trie of ``token_bytes`` (empty byte strings are left out)."""
+
+    def __init__(self, token_bytes: list[bytes], size: int) -> None:
+        ids = [t for t in range(min(size, len(token_bytes))) if token_bytes[t]]
+        ids.sort(key=lambda t: token_bytes[t])
+        self.ids = np.array(ids, dtype=np.int64)  # token id of each row (lexicographic order)
+        n = len(ids)
+        self.lens = np.array([len(token_bytes[t]) for t in ids], dtype=np.int32)
+        self.max_len = int(self.lens.max()) if n else 0
+        mat = np.full((n, max(self.max_len, 1)), -1, dtype=np.int16)
+        for row, t in enumerate(ids):
+            mat[row, : len(token_bytes[t])] = np.frombuffer(token_bytes[t], dtype=np.uint8)
+        # lcp[i]: bytes row i shares with row i-1 (0 for the first row).
+        lcp = np.zeros(n, dtype=np.int32)
+        if n > 1:
+            diff = mat[1:] != mat[:-1]
+            any_diff = diff.any(axis=1)
+            first = np.where(any_diff, diff.argmax(axis=1), self.max_len)
+            lcp[1:] = np.minimum(first, np.minimum(self.lens[1:], self.lens[:-1]))
+        self.node_row: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]  # level 0: the root
+        self.node_hi: list[np.ndarray] = [np.array([n], dtype=np.int64)]
+        self.byte: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
+        self.parent: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
+        self.child_lo: list[np.ndarray] = []
+        self.child_hi: list[np.ndarray] = []
+        self.end_rows: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        self.end_node: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        rows = np.arange(n)
+        for level in range(1, self.max_len + 1):
+            starts = np.nonzero(lcp < level)[0]
+            node_row = starts[self.lens[starts] >= level]
+            nxt = np.searchsorted(starts, node_row, side="right")
+            node_hi = np.where(nxt < starts.size, starts[np.minimum(nxt, starts.size - 1)], n)
+            parent = np.searchsorted(self.node_row[-1], node_row, side="right") - 1
+            prev_count = self.node_row[-1].size
+            self.child_lo.append(np.searchsorted(parent, np.arange(prev_count), side="left"))
+            self.child_hi.append(np.searchsorted(parent, np.arange(prev_count), side="right"))
+            self.node_row.append(node_row)
+            self.node_hi.append(node_hi)
+            self.byte.append(mat[node_row, level - 1].astype(np.int64))
+            self.parent.append(parent)
+            ending = rows[self.lens == level]
+            self.end_rows.append(ending)
+            self.end_node.append(np.searchsorted(node_row, ending, side="right") - 1)
+        self.child_lo.append(np.zeros(self.node_row[-1].size, dtype=np.int64))
+        self.child_hi.append(np.zeros(self.node_row[-1].size, dtype=np.int64))
+        self._mat = mat
+        self._slices: dict[bytes, np.ndarray] = {}
+
+    def outside_prefix_sums(self, byte_set: np.ndarray) -> np.ndarray:
+        """Prefix sums over rows of "has a byte outside ``byte_set``" (memoised per set).
+
+        The tokens below a node all lie inside the set iff the sum over its row range is 0.
+        """
+        key = np.packbits(byte_set).tobytes()
+        got = self._slices.get(key)
+        if got is None:
+            lut = np.append(byte_set, True)  # index -1 (padding) counts as inside
+            outside = ~lut[self._mat].all(axis=1)
+            got = np.concatenate(([0], np.cumsum(outside)))
+            self._slices[key] = got
+        return got
+
+
+def concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(lo[i], hi[i])`` for all i, without a Python loop."""
+    counts = hi - lo
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.repeat(lo - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+    return starts + np.arange(total)
