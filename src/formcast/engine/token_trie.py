@@ -61,7 +61,11 @@ class TokenTrie:
             self.end_node.append(np.searchsorted(node_row, ending, side="right") - 1)
         self.child_lo.append(np.zeros(self.node_row[-1].size, dtype=np.int64))
         self.child_hi.append(np.zeros(self.node_row[-1].size, dtype=np.int64))
-        self._mat = mat
+        # Which byte values each token contains, packed: 32 bytes a token.
+        present = np.zeros((n, 256), dtype=bool)
+        row_idx, col_idx = np.nonzero(mat >= 0)
+        present[row_idx, mat[row_idx, col_idx]] = True
+        self._present = np.packbits(present, axis=1)
         self._slices: dict[bytes, np.ndarray] = {}
 
     def outside_prefix_sums(self, byte_set: np.ndarray) -> np.ndarray:
@@ -72,8 +76,8 @@ class TokenTrie:
         key = np.packbits(byte_set).tobytes()
         got = self._slices.get(key)
         if got is None:
-            lut = np.append(byte_set, True)  # index -1 (padding) counts as inside
-            outside = ~lut[self._mat].all(axis=1)
+            others = np.packbits(~byte_set.astype(bool))
+            outside = (self._present & others).any(axis=1)
             got = np.concatenate(([0], np.cumsum(outside)))
             self._slices[key] = got
         return got
