@@ -27,6 +27,8 @@ from formcast.engine.token_trie import TokenTrie, concat_ranges
 MASK_CACHE_BYTES = 256 * 1024 * 1024
 # A state that loops on at least this many bytes gets its looping tokens from a slice.
 SLICE_MIN_BYTES = 32
+# Upper bound on numbered parser states kept for token walks (1 KiB of table each).
+DENSE_STATE_LIMIT = 100_000
 
 
 class TokenTable:
@@ -124,6 +126,10 @@ class MaskCache:
     def verdict(self, q: int) -> StateVerdict:
         got = self._verdicts.get(q)
         if got is None:
+            if len(self.dense) > DENSE_STATE_LIMIT:
+                # Deeply recursive grammars can keep minting states: start the table afresh
+                # (verdicts already computed stay valid; they hold masks, not state ids).
+                self.dense = DenseStates(self.parser)
             got = classify_tokens(self.dense, self.table, q)
             self._verdicts[q] = got
         return got
