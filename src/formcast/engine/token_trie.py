@@ -25,8 +25,10 @@ class TokenTrie:
         self.lens = np.array([len(token_bytes[t]) for t in ids], dtype=np.int32)
         self.max_len = int(self.lens.max()) if n else 0
         mat = np.full((n, max(self.max_len, 1)), -1, dtype=np.int16)
-        for row, t in enumerate(ids):
-            mat[row, : len(token_bytes[t])] = np.frombuffer(token_bytes[t], dtype=np.uint8)
+        flat = np.frombuffer(b"".join(token_bytes[t] for t in ids), dtype=np.uint8)
+        row_of_byte = np.repeat(np.arange(n), self.lens)
+        starts = np.concatenate(([0], np.cumsum(self.lens)[:-1])) if n else np.zeros(0, np.int64)
+        mat[row_of_byte, np.arange(flat.size) - np.repeat(starts, self.lens)] = flat
         # lcp[i]: bytes row i shares with row i-1 (0 for the first row).
         lcp = np.zeros(n, dtype=np.int32)
         if n > 1:
