@@ -1,0 +1,175 @@
+"""The grammar IR: constructors normalise, range algebra is exact, UTF-8 splitting covers exactly
+the code points asked for, and Grammar validates its rules."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from formcast.errors import GrammarError
+from formcast.grammar.ir import (
+    EMPTY,
+    MAX_CODEPOINT,
+    NOTHING,
+    CharSet,
+    Choice,
+    Grammar,
+    Literal,
+    Repeat,
+    Seq,
+    byte_set,
+    chars,
+    choice,
+    complement_ranges,
+    iter_refs,
+    lit,
+    merge_ranges,
+    opt,
+    plus,
+    ref,
+    repeat,
+    seq,
+    star,
+    subtract_ranges,
+    utf8_byte_sequences,
+)
+
+
+def test_literals_are_utf8_and_empty_is_the_empty_sequence() -> None:
+    assert lit("é") == Literal(b"\xc3\xa9")
+    assert lit(b"\xff") == Literal(b"\xff")
+    assert lit("") == EMPTY
+
+
+def test_seq_flattens_merges_literals_and_absorbs_nothing() -> None:
+    a, b = ref("a"), ref("b")
+    assert seq(lit("x"), seq(lit("y"), a), lit("z"), lit("w")) == Seq((Literal(b"xy"), a, Literal(b"zw")))
+    assert seq(a) == a
+    assert seq() == EMPTY
+    assert seq(a, EMPTY, b) == Seq((a, b))
+    assert seq(a, NOTHING, b) == NOTHING
+
+
+def test_choice_flattens_and_drops_duplicates_in_order() -> None:
+    a, b, c = ref("a"), ref("b"), ref("c")
+    assert choice(b, choice(a, b), c) == Choice((b, a, c))
+    assert choice(a, a) == a
+
+
+def test_repeat_normalises_and_validates_bounds() -> None:
+    x = lit("x")
+    assert repeat(x, 1, 1) == x
+    assert repeat(x, 0, 0) == EMPTY
+    assert (opt(x), star(x), plus(x)) == (Repeat(x, 0, 1), Repeat(x, 0, None), Repeat(x, 1, None))
+    with pytest.raises(GrammarError, match="bounds"):
+        repeat(x, 3, 2)
+    with pytest.raises(GrammarError, match="bounds"):
+        repeat(x, -1)
+
+
+def test_chars_accepts_code_points_characters_and_strings() -> None:
+    assert chars([("a", "c"), "xz", (0x30, 0x39)]) == CharSet(((0x30, 0x39), (0x61, 0x63), (0x78, 0x78), (0x7A, 0x7A)))
+    with pytest.raises(GrammarError, match="reversed"):
+        chars([("z", "a")])
+
+
+def test_negated_charset_never_matches_surrogates() -> None:
+    assert chars("a", negated=True).codepoint_ranges() == (
+        (0, 0x60), (0x62, 0xD7FF), (0xE000, MAX_CODEPOINT))
+    assert chars([(0xD000, 0xE000)]).codepoint_ranges() == ((0xD000, 0xD7FF), (0xE000, 0xE000))
+
+
+def test_byte_set_rejects_values_outside_a_byte() -> None:
+    assert byte_set([(0, 10), (5, 20)]).ranges == ((0, 20),)
+    with pytest.raises(GrammarError, match="0-255"):
+        byte_set([(250, 256)])
+
+
+_RANGES = st.lists(st.tuples(st.integers(0, 300), st.integers(0, 40)).map(lambda t: (t[0], t[0] + t[1])),
+                   max_size=6)
+
+
+@given(_RANGES, _RANGES)
+def test_range_algebra_matches_set_arithmetic(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> None:
+    def points(rs) -> set[int]:
+        return {x for lo, hi in rs for x in range(lo, hi + 1)}
+
+    merged = merge_ranges(a)
+    assert points(merged) == points(a)
+    assert all(merged[i][1] + 1 < merged[i + 1][0] for i in range(len(merged) - 1))
+    assert points(complement_ranges(merged, 0, 400)) == set(range(401)) - points(a)
+    assert points(subtract_ranges(merged, b)) == points(a) - points(b)
+
+
+def _expand(byte_ranges: list[tuple[int, int]]) -> set[bytes]:
+    out = {b""}
+    for lo, hi in byte_ranges:
+        out = {prefix + bytes([x]) for prefix in out for x in range(lo, hi + 1)}
+    return out
+
+
+@pytest.mark.parametrize(("lo", "hi"), [
+    (0x70, 0x90), (0x7F0, 0x810), (0xFFF0, 0x10010), (0xD7F0, 0xE010), (0x10FFF0, MAX_CODEPOINT),
+    (0x41, 0x41), (0x0, 0x7F),
+])
+def test_utf8_splitting_at_length_boundaries_is_exact(lo: int, hi: int) -> None:
+    covered: set[bytes] = set()
+    for byte_ranges in utf8_byte_sequences(lo, hi):
+        part = _expand(byte_ranges)
+        assert not covered & part  # the sequences never overlap
+        covered |= part
+    assert covered == {chr(c).encode("utf-8", "surrogatepass") for c in range(lo, hi + 1)}
+
+
+@settings(max_examples=300)
+@given(st.integers(0, MAX_CODEPOINT), st.integers(0, MAX_CODEPOINT), st.data())
+def test_utf8_splitting_of_any_range(a: int, b: int, data: st.DataObject) -> None:
+    lo, hi = min(a, b), max(a, b)
+    seqs = utf8_byte_sequences(lo, hi)
+    count = 0
+    for byte_ranges in seqs:
+        size = 1
+        for x, y in byte_ranges:
+            assert 0 <= x <= y <= 0xFF
+            size *= y - x + 1
+        count += size
+    assert count == hi - lo + 1  # with the overlap check below: covers exactly [lo, hi]
+
+    def matches(code: int) -> int:
+        enc = chr(code).encode("utf-8", "surrogatepass")
+        return sum(len(r) == len(enc) and all(x <= c <= y for c, (x, y) in zip(enc, r, strict=True))
+                   for r in seqs)
+
+    for code in (lo, hi, data.draw(st.integers(lo, hi))):
+        assert matches(code) == 1
+    for outside in (lo - 1, hi + 1):
+        if 0 <= outside <= MAX_CODEPOINT:
+            assert matches(outside) == 0
+
+
+def test_grammar_validates_references_and_start() -> None:
+    with pytest.raises(GrammarError, match="'root' refers to undefined rule 'missing'"):
+        Grammar({"root": seq(lit("a"), ref("missing"))})
+    with pytest.raises(GrammarError, match="start rule 'main'"):
+        Grammar({"root": lit("a")}, start="main")
+    with pytest.raises(GrammarError, match="not an IR expression"):
+        Grammar({"root": "a"})  # type: ignore[dict-item]
+
+
+def test_grammar_is_immutable_and_fingerprinted_by_content() -> None:
+    rules = {"root": seq(lit("a"), ref("b")), "b": lit("b")}
+    g1, g2 = Grammar(rules), Grammar(dict(reversed(list(rules.items()))))
+    assert g1 == g2 and hash(g1) == hash(g2) and g1.fingerprint == g2.fingerprint
+    assert Grammar({"root": lit("a")}).fingerprint != g1.fingerprint
+    with pytest.raises(AttributeError):
+        g1.start = "b"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        g1.rules["root"] = lit("x")  # type: ignore[index]
+    rules["root"] = lit("changed")
+    assert g1.rules["root"] == seq(lit("a"), ref("b"))
+
+
+def test_iter_refs_lists_direct_references() -> None:
+    body = seq(ref("a"), choice(ref("b"), star(ref("c"))), ref("a"))
+    assert sorted(iter_refs(body)) == ["a", "a", "b", "c"]
