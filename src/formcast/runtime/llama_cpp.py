@@ -339,7 +339,7 @@ class _DecodeLoop:
         forced = self.matcher.forced_bytes()
         tokens: list[int] = []
         if forced:
-            tokens = self._safe_forced_tokens(forced)[:budget]
+            tokens = self._safe_forced_tokens(forced, budget)
         self.mask_seconds += time.perf_counter() - t0
         if tokens:
             self.output.extend(tokens)
@@ -347,7 +347,7 @@ class _DecodeLoop:
             self.forced_runs += 1
         return tokens
 
-    def _safe_forced_tokens(self, forced: bytes) -> list[int]:
+    def _safe_forced_tokens(self, forced: bytes, budget: int) -> list[int]:
         tokens = self.llm.tokenize(forced, add_bos=False, special=False)
         token_bytes = self.rt.vocab.token_bytes
         if b"".join(token_bytes[t] for t in tokens) != forced:
@@ -357,6 +357,7 @@ class _DecodeLoop:
             return []
         if not _only_end_allowed(probe, self.rt.eog_array):
             tokens = tokens[:-1]
+        tokens = tokens[:budget]
         if not tokens:
             return []
         if not self.matcher.accept_tokens(tokens):  # pragma: no cover - probe accepted them
