@@ -1,0 +1,183 @@
+"""Timing one engine on one workload: fresh compiles, then cold and warm passes over the samples.
+
+A pass walks every sample token by token with a new matcher: before each token it times the
+call that fills the packed bitmask, checks that the mask allows the token, and accepts it; after
+the last token it times one more mask and checks that the matcher accepts. The cold pass is the
+first over a freshly compiled grammar; the warm pass repeats it with new matchers of the same
+compiled grammar, so engines that memoise masks across matchers show it there.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from _engines import CompileFailed, Engine
+from _workloads import Workload
+
+
+@dataclass
+class PassResult:
+    """Step times of one pass and what went wrong in it."""
+
+    times_ns: list[int] = field(default_factory=list)
+    mask_digests: list[bytes] = field(default_factory=list)  # cold pass only, for agreement
+    problems: list[str] = field(default_factory=list)
+
+    def absorb(self, other: PassResult) -> None:
+        """Pool another pass of the same kind into this one."""
+        self.times_ns.extend(other.times_ns)
+        self.mask_digests.extend(other.mask_digests)
+        self.problems.extend(p for p in other.problems if p not in self.problems)
+
+    def percentile_us(self, q: float) -> float | None:
+        if not self.times_ns:
+            return None
+        return float(np.percentile(np.asarray(self.times_ns, dtype=np.float64), q)) / 1000.0
+
+
+@dataclass
+class RunResult:
+    """Everything measured for one (workload, engine) pair."""
+
+    workload: str
+    section: str
+    engine: str
+    na_reason: str | None = None
+    compile_ms: list[float] = field(default_factory=list)
+    cold: PassResult | None = None
+    warm: PassResult | None = None
+    agreement: float | None = None  # share of cold steps whose mask equals the baseline's
+
+    @property
+    def steps(self) -> int:
+        """Mask steps in one pass over the samples."""
+        return len(self.warm.times_ns) if self.warm else 0
+
+    @property
+    def compile_p50_ms(self) -> float | None:
+        return float(np.median(self.compile_ms)) if self.compile_ms else None
+
+    @property
+    def problems(self) -> list[str]:
+        found: list[str] = []
+        for p in (self.cold, self.warm):
+            if p is not None:
+                found.extend(x for x in p.problems if x not in found)
+        return found
+
+
+def _token_allowed(row: np.ndarray, token_id: int) -> bool:
+    return bool((int(row[token_id >> 5]) >> (token_id & 31)) & 1)
+
+
+def _digest(row: np.ndarray, keep: np.ndarray | None) -> bytes:
+    data = row if keep is None else row & keep
+    return hashlib.blake2b(data.tobytes(), digest_size=8).digest()
+
+
+def _run_pass(engine: Engine, compiled: Any, workload: Workload, record_digests: bool,
+              keep: np.ndarray | None = None) -> PassResult:
+    result = PassResult()
+    bitmask = engine.allocate()
+    row = engine.as_numpy(bitmask)[0]
+    fill = engine.fill_mask
+    clock = time.perf_counter_ns
+    for index, tokens in enumerate(workload.tokens):
+        label = f"sample {index + 1}"
+        matcher = engine.new_matcher(compiled)
+        for step, token_id in enumerate(tokens):
+            t0 = clock()
+            fill(matcher, bitmask)
+            result.times_ns.append(clock() - t0)
+            if record_digests:
+                result.mask_digests.append(_digest(row, keep))
+            if not _token_allowed(row, token_id):
+                result.problems.append(f"{label}: mask excludes token {step} (id {token_id})")
+            try:
+                ok = engine.accept(matcher, token_id)
+            except Exception as exc:  # noqa: BLE001 - an engine error is a finding, not a crash
+                result.problems.append(f"{label}: accepting token {step} raised {type(exc).__name__}: {exc}")
+                ok = False
+            if not ok:
+                result.problems.append(f"{label}: token {step} (id {token_id}) rejected")
+                break
+        else:
+            t0 = clock()
+            fill(matcher, bitmask)
+            result.times_ns.append(clock() - t0)
+            if record_digests:
+                result.mask_digests.append(_digest(row, keep))
+            if not engine.is_accepting(matcher):
+                result.problems.append(f"{label}: not accepting after the last token")
+    return result
+
+
+def keep_mask(n_words: int, ignored_ids: list[int]) -> np.ndarray:
+    """An int32 row with the bits of ``ignored_ids`` cleared (used before comparing masks)."""
+    keep = np.full(n_words, 0xFFFFFFFF, dtype=np.uint32)
+    for tid in ignored_ids:
+        keep[tid >> 5] &= np.uint32(0xFFFFFFFF ^ (1 << (tid & 31)))
+    return keep.view(np.int32)
+
+
+def measure(engine: Engine, workload: Workload, repeats: int,
+            keep: np.ndarray | None = None) -> RunResult:
+    """``repeats`` times: a fresh compile (timed) and a cold pass; then one warm pass.
+
+    Cold step times are pooled over the repeats, so their p99 does not hang on one run. ``keep``
+    clears bits (special tokens the engines treat differently) before the first cold pass's
+    masks are digested for the agreement figure; it does not touch what is timed.
+    """
+    out = RunResult(workload.name, workload.section, engine.name)
+    out.cold = PassResult()
+    gc.collect()
+    gc.disable()
+    try:
+        compiled: Any = None
+        for repeat in range(max(1, repeats)):
+            compiled = None
+            t0 = time.perf_counter_ns()
+            compiled = engine.compile(workload)
+            out.compile_ms.append((time.perf_counter_ns() - t0) / 1e6)
+            cold = _run_pass(engine, compiled, workload, record_digests=repeat == 0, keep=keep)
+            out.cold.absorb(cold)
+        out.warm = _run_pass(engine, compiled, workload, record_digests=False)
+    except CompileFailed as exc:
+        out.na_reason = f"compile failed: {exc}"
+    except Exception as exc:  # noqa: BLE001 - report and move on to the next workload
+        out.na_reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+    finally:
+        gc.enable()
+    return out
+
+
+def warm_up(engine: Engine, workload: Workload) -> str | None:
+    """Pay one-time process costs (thread pools, lazy tables) before anything is timed."""
+    try:
+        compiled = engine.compile(workload)
+        bitmask = engine.allocate()
+        matcher = engine.new_matcher(compiled)
+        for token_id in workload.tokens[0][:8]:
+            engine.fill_mask(matcher, bitmask)
+            engine.accept(matcher, token_id)
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def set_agreement(results: list[RunResult], baseline: str) -> None:
+    """Share of cold-pass steps where each engine's mask equals the baseline engine's mask."""
+    by_workload: dict[str, RunResult] = {r.workload: r for r in results if r.engine == baseline}
+    for r in results:
+        base = by_workload.get(r.workload)
+        if base is None or base.cold is None or r.cold is None:
+            continue
+        a, b = r.cold.mask_digests, base.cold.mask_digests
+        if a and len(a) == len(b):
+            r.agreement = sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
