@@ -110,3 +110,33 @@ class BudgetExhaustedError(FormcastError):
         self.errors = list(errors or [])
         self.last_output = last_output
         super().__init__(message)
+
+
+class RepairError(FormcastError, ValueError):
+    """Model output that parse-repair cannot turn into JSON without guessing.
+
+    ``line`` and ``column`` (1-based) locate where the repair gave up in the output text.
+    """
+
+    def __init__(self, message: str, *, line: int | None = None, column: int | None = None,
+                 source: str | None = None) -> None:
+        self.reason = message
+        self.line = line
+        self.column = column
+        self.source = source
+        where = f" at line {line}, column {column}" if line is not None and column is not None else ""
+        super().__init__(f"cannot repair the output: {message}{where}")
+
+
+class PolicyError(FormcastError, ValueError):
+    """A retry policy whose settings contradict each other or cannot be met at all."""
+
+
+class RuleError(FormcastError):
+    """A semantic rule that could not be evaluated (its callback raised), as opposed to a
+    rule the value broke. ``rule`` names the rule and ``pointer`` where it looked."""
+
+    def __init__(self, message: str, *, rule: str, pointer: str = "") -> None:
+        self.rule = rule
+        self.pointer = pointer
+        super().__init__(f"rule {rule} at {pointer or '/'}: {message}")
