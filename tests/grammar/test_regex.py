@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from formcast.errors import GrammarError, RegexSyntaxError, UnsupportedRegexError
-from formcast.grammar.ir import NOTHING, CharSet, Grammar, Literal, Repeat, lit
+from formcast.grammar.ir import NOTHING, CharSet, Grammar, Literal, Repeat, Seq, lit
 from formcast.grammar.recognize import recognizes
 from formcast.grammar.regex import regex_to_expr
 
@@ -17,6 +17,7 @@ def test_literals_merge_into_utf8_bytes() -> None:
 @pytest.mark.parametrize(("pattern", "text"), [
     (r"\n\t\r\f\v", "\n\t\r\f\v"),
     (r"\\\/\.\-\*", "\\/.-*"),
+    (r"\_\é\ ", "_é "),
     (r"\x41\u00e9\u{1F600}", "Aé😀"),
     (r"\uD83D\uDE00", "😀"),
     (r"\0\cJ", "\0\n"),
@@ -25,6 +26,11 @@ def test_literals_merge_into_utf8_bytes() -> None:
 ])
 def test_escapes_and_annex_b_literals(pattern: str, text: str) -> None:
     assert regex_to_expr(pattern) == lit(text)
+
+
+def test_long_patterns_build_flat_sequences() -> None:
+    expr = regex_to_expr("^" + "[a-z]" * 3000 + "$")
+    assert isinstance(expr, Seq) and len(expr.items) == 3000
 
 
 def test_bounded_repeats_stay_repeats() -> None:

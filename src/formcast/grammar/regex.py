@@ -184,10 +184,23 @@ class _Parser:
         return _alternate(branches)
 
     def _branch(self) -> Variants:
-        result: Variants = _plain(EMPTY)
+        terms: list[Variants] = []
         while self.pos < len(self.src) and self._peek() not in "|)":
-            result = _concat(result, self._term())
-        return result
+            terms.append(self._term())
+        # Runs of anchor-free terms become one flat sequence (linear time); only the few terms
+        # that carry anchors go through the pairwise variant product.
+        result: Variants = _plain(EMPTY)
+        run: list[Expr] = []
+        for term in terms:
+            if not term:
+                return {}
+            if set(term) == {(False, False)}:
+                run.append(term[(False, False)])
+                continue
+            result = _concat(result, _plain(seq(*run)))
+            run = []
+            result = _concat(result, term)
+        return _concat(result, _plain(seq(*run))) if run else result
 
     def _term(self) -> Variants:
         start = self.pos
@@ -357,8 +370,8 @@ class _Parser:
             return self._unicode_escape(start)
         if c.isdigit():
             raise self._unsupported("octal escapes are not supported", start)
-        if not c.isalnum() and c != "_":
-            return ord(c)  # identity escape of punctuation, space, or any non-ASCII char
+        if not (c.isascii() and c.isalnum()):
+            return ord(c)  # identity escape of punctuation, space, '_' or any non-ASCII char
         raise self._error(f"unknown escape '\\{c}'", start)
 
     def _hex(self, digits: int, start: int) -> int:
