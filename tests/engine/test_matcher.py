@@ -3,8 +3,10 @@ reference recognizer, walks under the mask never dead-end, rollback restores mas
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -318,3 +320,34 @@ def test_left_recursion_is_reported_with_the_cycle(smollm2_vocab):
 def test_matcher_needs_a_vocabulary():
     with pytest.raises(MatcherError, match="vocabulary"):
         Matcher(GRAMMARS["date"])
+
+
+
+def _gbnf_corpus() -> dict:
+    """The GBNF corpus of the grammar tests (llama.cpp-style grammars with good/bad samples)."""
+    path = Path(__file__).parents[1] / "grammar" / "test_gbnf.py"
+    spec = importlib.util.spec_from_file_location("_gbnf_corpus", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CORPUS
+
+
+GBNF_CORPUS = _gbnf_corpus()
+
+
+@pytest.mark.parametrize("name", sorted(GBNF_CORPUS))
+def test_gbnf_corpus_through_the_matcher(name, smollm2_vocab, smollm2_tokenize):
+    text, good, bad = GBNF_CORPUS[name]
+    grammar = Grammar.from_gbnf(text)
+    eos = sorted(smollm2_vocab.eos_ids)[0]
+    for sample in good:
+        ids = smollm2_tokenize(sample.decode("utf-8"))
+        m = Matcher(grammar, smollm2_vocab)
+        for t in ids:
+            assert m.next_token_mask()[t], f"{name}: token {smollm2_vocab.token_bytes[t]!r} refused in {sample!r}"
+            assert m.accept_token(t)
+        assert m.next_token_mask()[eos] and m.accept_token(eos)
+    for sample in bad:
+        m = Matcher(grammar, smollm2_vocab)
+        assert not (m.accept_bytes(sample) and m.is_accepting()), f"{name}: accepted {sample!r}"
+    walk(grammar, smollm2_vocab, seed=11, steps=25)
