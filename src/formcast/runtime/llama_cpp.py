@@ -27,6 +27,7 @@ token by token (always correct, only slower).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +41,9 @@ from formcast.runtime.models import resolve_model_path
 from formcast.runtime.sampling import Sampler, choose, restrict
 
 ProgressCallback = Callable[[int], None]
+
+# llama.cpp built-in chat templates for GGUF files that carry no Jinja template.
+_BUILTIN_TEMPLATES = {"gemma3": "gemma", "gemma2": "gemma", "gemma": "gemma"}
 
 
 def _import_llama_cpp() -> Any:
@@ -150,13 +154,16 @@ class LlamaCppRuntime:
         return self.llm.metadata.get("tokenizer.chat_template")
 
     def format_chat(self, messages: list[dict[str, str]]) -> str:
-        """Render ``messages`` with the chat template stored in the GGUF file."""
+        """Render ``messages`` with the chat template stored in the GGUF file.
+
+        Files without ``tokenizer.chat_template`` (the Gemma 3 270M build we ship) fall back to
+        llama.cpp's built-in template for the model's architecture (ChatML when unknown).
+        """
+        template = self.chat_template
+        if not template:
+            arch = str(self.llm.metadata.get("general.architecture", ""))
+            return self._apply_builtin_template(_BUILTIN_TEMPLATES.get(arch, "chatml"), messages)
         if self._formatter is None:
-            template = self.chat_template
-            if not template:
-                raise GenerationError(
-                    f"{self.model_path} has no chat template (tokenizer.chat_template); "
-                    "pass a fully formatted prompt instead")
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
             self._formatter = Jinja2ChatFormatter(
@@ -166,6 +173,23 @@ class LlamaCppRuntime:
             return self._formatter(messages=messages).prompt
         except Exception as exc:  # jinja2 errors carry no formcast context
             raise GenerationError(f"the model's chat template failed to render: {exc}") from exc
+
+    def _apply_builtin_template(self, name: str, messages: list[dict[str, str]]) -> str:
+        llama_cpp = self._llama_cpp
+        encoded = [(m["role"].encode(), m["content"].encode()) for m in messages]
+        chat = (llama_cpp.llama_chat_message * len(encoded))(
+            *[llama_cpp.llama_chat_message(role, content) for role, content in encoded])
+        size = 2 * sum(len(r) + len(c) for r, c in encoded) + 256
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_chat_apply_template(name.encode(), chat, len(encoded), True,
+                                                    buf, size)
+            if n < 0:
+                raise GenerationError(f"llama.cpp has no built-in chat template {name!r}")
+            if n <= size:
+                return buf.raw[:n].decode("utf-8")
+            size = n
+        raise GenerationError("llama.cpp chat template output did not fit its buffer")
 
     def tokenize_prompt(self, prompt: str) -> list[int]:
         """Tokens of a formatted prompt: special tokens parsed, BOS added once when the model
