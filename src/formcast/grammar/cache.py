@@ -1,0 +1,120 @@
+"""A thread-safe LRU cache of compiled grammars, with hit/miss figures.
+
+The key is the schema's canonical hash, the compiler version and the compile options: never the
+schema alone, so a compiler upgrade or a different whitespace policy cannot return a stale
+grammar. ``Grammar`` objects are immutable, so one cached grammar is shared by every caller and
+thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from formcast.errors import SchemaError
+from formcast.grammar.ir import Grammar
+
+
+def canonical_json(value: Any) -> str:
+    """The canonical text of a JSON value: sorted keys, no whitespace, exact numbers.
+
+    ``1`` and ``1.0`` stay distinct (their texts differ); that only costs a cache miss.
+    """
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"schema is not a JSON value: {exc}") from None
+
+
+def schema_hash(schema: Any) -> str:
+    """SHA-256 of the schema's canonical JSON text."""
+    return hashlib.sha256(canonical_json(schema).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    hits: int
+    misses: int
+    size: int
+    capacity: int
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+
+class CompileCache:
+    """Least-recently-used map from a compile key to a ``Grammar``.
+
+    ``get_or_compile`` compiles at most once per key even under concurrent callers: a lock per
+    key in flight makes the second caller wait for the first one's result.
+    """
+
+    def __init__(self, capacity: int = 128) -> None:
+        if capacity < 1:
+            raise ValueError("cache capacity must be at least 1")
+        self.capacity = capacity
+        self._items: OrderedDict[Hashable, Grammar] = OrderedDict()
+        self._lock = threading.Lock()
+        self._in_flight: dict[Hashable, threading.Lock] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable) -> Grammar | None:
+        with self._lock:
+            got = self._items.get(key)
+            if got is not None:
+                self._items.move_to_end(key)
+                self.hits += 1
+            return got
+
+    def put(self, key: Hashable, grammar: Grammar) -> None:
+        with self._lock:
+            self._items[key] = grammar
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+    def get_or_compile(self, key: Hashable, compile_fn: Callable[[], Grammar]) -> Grammar:
+        got = self.get(key)
+        if got is not None:
+            return got
+        with self._lock:
+            gate = self._in_flight.setdefault(key, threading.Lock())
+        with gate:
+            with self._lock:  # another thread may have finished it while we waited
+                got = self._items.get(key)
+                if got is not None:
+                    self._items.move_to_end(key)
+                    self.hits += 1
+                    return got
+                self.misses += 1
+            try:
+                grammar = compile_fn()
+                self.put(key, grammar)
+                return grammar
+            finally:
+                with self._lock:
+                    self._in_flight.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.hits = self.misses = 0
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(self.hits, self.misses, len(self._items), self.capacity)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+DEFAULT_CACHE = CompileCache()

@@ -1,0 +1,343 @@
+"""Objects: named properties in schema order (or any order when few), then the other keys.
+
+Generated objects list their named properties in the order of ``properties`` (then keys that
+are only ``required``), which lets a schema put ``reasoning`` before ``label`` and have the
+model think first. Keys that are not named come after them; their language is exact: a key
+that matches some ``patternProperties`` gets those schemas, a key that matches none gets
+``additionalProperties``, and no such key can be one of the named properties (that would be a
+duplicate that escapes the named property's schema). ``minProperties``/``maxProperties`` are
+counted over both. With ``property_order="any"`` an object of at most ``ANY_ORDER_LIMIT``
+named properties accepts them in any order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from itertools import combinations
+from typing import TYPE_CHECKING
+
+from formcast.grammar import charfa
+from formcast.grammar.ir import (
+    EMPTY,
+    NOTHING,
+    Choice,
+    Expr,
+    Repeat,
+    Seq,
+    Ref,
+    choice,
+    lit,
+    opt,
+    repeat,
+    seq,
+)
+from formcast.grammar.json_conj import Conj, Sub
+from formcast.grammar.json_refs import Loc, join_pointer
+from formcast.grammar.json_text import QUOTE, char_forms_cached, string_literal
+
+if TYPE_CHECKING:  # pragma: no cover
+    from formcast.grammar.json_schema import SchemaCompiler
+
+ANY_ORDER_LIMIT = 5
+MAX_PATTERN_CLASSES = 4
+
+ANY_STRING_DFA: charfa.DFA | None = None
+
+
+def _any_string() -> charfa.DFA:
+    global ANY_STRING_DFA
+    if ANY_STRING_DFA is None:
+        ANY_STRING_DFA = charfa.language_of([])
+    return ANY_STRING_DFA
+
+
+def build_object(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
+    """The grammar of the objects ``conj`` allows."""
+    for issue in conj.object_issues:
+        c.report(*issue)
+    if (not conj.objects and not conj.required and not conj.property_names
+            and conj.min_props == 0 and conj.max_props is None):
+        return c.prim("object")
+    parts = conj.objects
+
+    names = _property_names(c, conj)
+    if names == "none":
+        names_dfa: charfa.DFA | None = charfa.minimize(charfa.from_expr(NOTHING))
+    else:
+        names_dfa = names
+
+    # patterns across all parts; a pattern the regex engine cannot compile makes the key
+    # classification unknowable, so that part's pattern and additional schemas are dropped
+    pattern_dfas: dict[str, charfa.DFA] = {}
+    usable_parts = []
+    for part in parts:
+        ok = True
+        for pat, (_, sub_loc) in part.patterns:
+            if pat not in pattern_dfas:
+                dfa = c.pattern_dfa(pat, sub_loc.pointer.rsplit("/", 1)[0])
+                if dfa is None:
+                    ok = False
+                    continue
+                pattern_dfas[pat] = dfa
+        if not ok:
+            ptr = join_pointer(part.loc.pointer, "patternProperties")
+            c.report(ptr, "patternProperties", "a pattern uses lookaround or backreferences; "
+                     "patternProperties and additionalProperties here are left to the validator")
+            if part.additional is not None:
+                c.report(join_pointer(part.loc.pointer, "additionalProperties"),
+                         "additionalProperties", "depends on a pattern that is not compiled")
+            part = type(part)(part.properties, [], None, part.loc)
+        usable_parts.append(part)
+    parts = usable_parts
+
+    named: list[str] = []
+    for part in parts:
+        for k in part.properties:
+            if k not in named:
+                named.append(k)
+    for k in conj.required:
+        if k not in named:
+            named.append(k)
+
+    members: list[tuple[Expr, bool]] = []
+    with c.consuming():
+        for k in named:
+            required = k in conj.required
+            if names_dfa is not None and not names_dfa.accepts(k):
+                if required:
+                    return NOTHING
+                continue
+            subs: list[Sub] = []
+            for part in parts:
+                matched = [sub for pat, sub in part.patterns if pattern_dfas[pat].accepts(k)]
+                if k in part.properties:
+                    subs.append(part.properties[k])
+                subs += matched
+                if k not in part.properties and not matched and part.additional is not None:
+                    subs.append(part.additional)
+            value = c.compile_subs(subs, join_pointer(loc.pointer, "properties", k))
+            if value == NOTHING:
+                if required:
+                    return NOTHING
+                continue
+            members.append((seq(string_literal(k), c.ws, lit(":"), c.ws, value), required))
+        extra = _extra_members(c, parts, named, pattern_dfas, names_dfa, loc)
+
+    if conj.min_props or conj.max_props is not None:
+        if conj.max_props is not None and conj.max_props < conj.min_props:
+            return NOTHING
+    any_order = c.options.property_order == "any"
+    if any_order and len(members) > ANY_ORDER_LIMIT:
+        c.note(f"property_order='any' applies to objects of at most {ANY_ORDER_LIMIT} "
+               f"properties; {loc.pointer or '/'} has {len(members)}, so they come in schema order")
+        any_order = False
+    elif len(members) >= 2 and not any_order:
+        c.note("object properties are generated in the order of 'properties' (then keys that "
+               "are only 'required', then any other keys)")
+    body = _members(c, members, extra, conj.min_props, conj.max_props, any_order,
+                    c.rule_base(loc) + "-m")
+    return seq(lit("{"), c.ws, body, lit("}"))
+
+
+def _property_names(c: SchemaCompiler, conj: Conj) -> charfa.DFA | None | str:
+    result: charfa.DFA | None = None
+    for sub, sub_loc in conj.property_names:
+        got = c.key_language(sub, sub_loc)
+        if got == "none":
+            return "none"
+        if got is None:
+            continue
+        assert isinstance(got, charfa.DFA)
+        result = got if result is None else charfa.intersect(result, got)
+    return result
+
+
+def _extra_members(c: SchemaCompiler, parts, named: list[str],
+                   pattern_dfas: dict[str, charfa.DFA], names_dfa: charfa.DFA | None,
+                   loc: Loc) -> Expr | None:
+    """One member whose key is not named: a choice over the classes of keys (which patterns
+    they match), each with the schemas that apply to it."""
+    pats = list(pattern_dfas)
+    if len(pats) > MAX_PATTERN_CLASSES:
+        for part in parts:
+            if part.patterns:
+                c.report(join_pointer(part.loc.pointer, "patternProperties"), "patternProperties",
+                         f"more than {MAX_PATTERN_CLASSES} patterns: keys that are not named "
+                         "properties are not checked against them")
+            if part.additional is not None:
+                c.report(join_pointer(part.loc.pointer, "additionalProperties"),
+                         "additionalProperties", "depends on too many patterns to compile")
+        pats = []
+        parts = [type(p)(p.properties, [], None, p.loc) for p in parts]
+    named_dfa = (charfa.minimize(charfa.from_expr(choice(*(lit(k) for k in named))))
+                 if named else None)
+    classes: list[Expr] = []
+    for size in range(len(pats) + 1):
+        for chosen in combinations(range(len(pats)), size):
+            in_class = {pats[i] for i in chosen}
+            subs: list[Sub] = []
+            for part in parts:
+                own = [(pat, sub) for pat, sub in part.patterns if pat in in_class]
+                subs += [sub for _, sub in own]
+                if not own and part.additional is not None:
+                    subs.append(part.additional)
+            value = c.compile_subs(subs, join_pointer(loc.pointer, "additionalProperties"))
+            if value == NOTHING:
+                continue
+            key = _class_key(c, pats, in_class, pattern_dfas, names_dfa, named_dfa, loc)
+            if key == NOTHING:
+                continue
+            classes.append(seq(key, c.ws, lit(":"), c.ws, value))
+    return choice(*classes) if classes else None
+
+
+def _class_key(c: SchemaCompiler, pats: list[str], in_class: set[str],
+               pattern_dfas: dict[str, charfa.DFA], names_dfa: charfa.DFA | None,
+               named_dfa: charfa.DFA | None, loc: Loc) -> Expr:
+    if not pats and names_dfa is None and named_dfa is None:
+        return c.prim("string")
+    dfa = _any_string()
+    for pat in pats:
+        d = pattern_dfas[pat]
+        dfa = charfa.intersect(dfa, d if pat in in_class else charfa.complement(d))
+    if names_dfa is not None:
+        dfa = charfa.intersect(dfa, names_dfa)
+    if named_dfa is not None:
+        dfa = charfa.difference(dfa, named_dfa)
+    if dfa.is_empty():
+        return NOTHING
+    content = charfa.to_expr(dfa, char_forms_cached, c.rules, c.rule_base(loc) + "-key")
+    return seq(QUOTE, content, QUOTE)
+
+
+# ----------------------------------------------------------------------------- member lists
+
+
+def _members(c: SchemaCompiler, members: list[tuple[Expr, bool]], extra: Expr | None,
+             min_p: int, max_p: int | None, any_order: bool, prefix: str) -> Expr:
+    """What goes between ``{ ws`` and ``}``: each member is followed by ``ws``, and every
+    member after the first is preceded by ``, ws`` (so the empty object is ``{ ws }``)."""
+    ws = c.ws
+    comma = seq(lit(","), ws)
+    n = len(members)
+
+    def extras(k: int, started: bool) -> Expr:
+        lo = max(0, min_p - k)
+        hi = None if max_p is None else max_p - k
+        if hi is not None and hi < lo:
+            return NOTHING
+        if extra is None or hi == 0:
+            return EMPTY if lo == 0 else NOTHING
+        more = seq(comma, extra, ws)
+        if started:
+            return repeat(more, lo, hi)
+        body = seq(extra, ws, repeat(more, max(lo - 1, 0), None if hi is None else hi - 1))
+        return body if lo > 0 else opt(body)
+
+    if not any_order and min_p == 0 and max_p is None:
+        # The common case needs no counting: a readable nesting, quadratic at worst.
+        def after(i: int) -> Expr:
+            items = [seq(comma, m, ws) if req else opt(seq(comma, m, ws))
+                     for m, req in members[i:]]
+            return seq(*items, extras(0, True))
+
+        def first(i: int) -> Expr:
+            if i == n:
+                return extras(0, False)
+            m, req = members[i]
+            present = seq(m, ws, after(i + 1))
+            return present if req else choice(present, first(i + 1))
+
+        return first(0)
+
+    cap = max(min_p, max_p or 0)
+    required = frozenset(i for i, (_, req) in enumerate(members) if req)
+
+    def sep(started: bool) -> Expr:
+        return comma if started else EMPTY
+
+    if any_order:
+        def moves(state: Hashable) -> list[tuple[Expr, Hashable | None]]:
+            done, started = state  # type: ignore[misc]
+            out: list[tuple[Expr, Hashable | None]] = []
+            k = len(done)
+            for j, (m, _) in enumerate(members):
+                if j not in done and (max_p is None or k < max_p):
+                    out.append((seq(sep(started), m, ws), (done | {j}, True)))
+            if required <= done:
+                out.append((extras(k, started), None))
+            return out
+
+        start: Hashable = (frozenset(), False)
+    else:
+        def moves(state: Hashable) -> list[tuple[Expr, Hashable | None]]:
+            i, k, started = state  # type: ignore[misc]
+            if i == n:
+                return [(extras(k, started), None)]
+            m, req = members[i]
+            out: list[tuple[Expr, Hashable | None]] = []
+            if max_p is None or k < max_p:
+                out.append((seq(sep(started), m, ws), (i + 1, min(k + 1, cap), True)))
+            if not req:
+                out.append((EMPTY, (i + 1, k, started)))
+            return out
+
+        start = (0, 0, False)
+    return _emit_graph(c, start, moves, prefix)
+
+
+def _emit_graph(c: SchemaCompiler, start: Hashable,
+                moves: Callable[[Hashable], list[tuple[Expr, Hashable | None]]],
+                prefix: str) -> Expr:
+    """The expression of a finite acyclic graph of states; states reached from more than one
+    place become rules (so the grammar stays linear in the number of states)."""
+    edges: dict[Hashable, list[tuple[Expr, Hashable | None]]] = {}
+    indegree: dict[Hashable, int] = {start: 1}
+    order = [start]
+    queued = {start}
+    i = 0
+    while i < len(order):
+        s = order[i]
+        i += 1
+        edges[s] = moves(s)
+        for _, t in edges[s]:
+            if t is None:
+                continue
+            indegree[t] = indegree.get(t, 0) + 1
+            if t not in queued:
+                queued.add(t)
+                order.append(t)
+    names: dict[Hashable, str] = {}
+    memo: dict[Hashable, Expr] = {}
+
+    def expr(s: Hashable) -> Expr:
+        got = memo.get(s)
+        if got is not None:
+            return got
+        alts = [seq(e, expr(t)) if t is not None else e for e, t in edges[s]]
+        body = choice(*alts) if alts else NOTHING
+        if indegree[s] > 1 and body != NOTHING and _big(body):
+            name = names[s] = c.new_rule(f"{prefix}{len(names)}", body)
+            got = Ref(name)
+        else:
+            got = body
+        memo[s] = got
+        return got
+
+    for s in reversed(order):  # children before parents: no deep recursion
+        expr(s)
+    return expr(start)
+
+
+def _big(e: Expr) -> bool:
+    count = 0
+    stack = [e]
+    while stack and count < 6:
+        x = stack.pop()
+        count += 1
+        if isinstance(x, Seq | Choice):
+            stack.extend(x.items)
+        elif isinstance(x, Repeat):
+            stack.append(x.item)
+    return count >= 6
+

@@ -1,0 +1,143 @@
+"""Where a ``$ref`` points: an index of one schema document's resources and anchors.
+
+Every subschema is addressed by its JSON pointer from the document root (that is what rule
+names and report pointers use). ``$id`` changes the base URI that relative references resolve
+against; ``$anchor`` / ``$dynamicAnchor`` name a subschema. References that leave the document
+(remote ``$ref``) resolve to ``None``: the compiler reports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urldefrag, urljoin
+
+from formcast.errors import SchemaError
+
+DEFAULT_BASE = "https://formcast.invalid/schema.json"
+
+# Keywords whose value is a schema, a list of schemas, or a map of name -> schema.
+SCHEMA_VALUED = {"additionalProperties", "propertyNames", "items", "additionalItems", "contains",
+                 "not", "if", "then", "else", "unevaluatedItems", "unevaluatedProperties",
+                 "contentSchema"}
+SCHEMA_LISTS = {"allOf", "anyOf", "oneOf", "prefixItems", "items"}
+SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
+               "dependencies"}
+
+
+def escape_token(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def unescape_token(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def join_pointer(pointer: str, *tokens: str | int) -> str:
+    return pointer + "".join("/" + escape_token(str(t)) for t in tokens)
+
+
+def split_pointer(pointer: str) -> list[str]:
+    if pointer == "":
+        return []
+    if not pointer.startswith("/"):
+        raise SchemaError(f"{pointer!r} is not a JSON pointer (it must start with '/')")
+    return [unescape_token(t) for t in pointer[1:].split("/")]
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A subschema's place: pointer from the document root and the base URI in effect inside
+    it (its own ``$id`` included)."""
+
+    pointer: str
+    base: str
+
+
+
+class SchemaIndex:
+    """Resources (``$id``) and anchors of one schema document."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.resources: dict[str, str] = {}  # absolute URI (no fragment) -> pointer
+        self.anchors: dict[str, str] = {}  # absolute URI#anchor -> pointer
+        base = DEFAULT_BASE
+        if isinstance(root, dict) and isinstance(root.get("$id"), str):
+            base = urldefrag(urljoin(DEFAULT_BASE, root["$id"]))[0]
+        self.root_base = base
+        self.resources[DEFAULT_BASE] = ""
+        self._walk(root, "", base, set())
+
+    def _walk(self, node: Any, pointer: str, base: str, seen: set[int]) -> None:
+        if not isinstance(node, dict) or id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node.get("$id"), str):
+            uri = urldefrag(urljoin(base, node["$id"]))[0]
+            base = uri
+            self.resources.setdefault(uri, pointer)
+        for key in ("$anchor", "$dynamicAnchor"):
+            name = node.get(key)
+            if isinstance(name, str):
+                self.anchors.setdefault(f"{base}#{name}", pointer)
+        for key, value in node.items():
+            if key in SCHEMA_VALUED and isinstance(value, dict):
+                self._walk(value, join_pointer(pointer, key), base, seen)
+            if key in SCHEMA_LISTS and isinstance(value, list):
+                for i, item in enumerate(value):
+                    self._walk(item, join_pointer(pointer, key, i), base, seen)
+            if key in SCHEMA_MAPS and isinstance(value, dict):
+                for name, item in value.items():
+                    self._walk(item, join_pointer(pointer, key, name), base, seen)
+
+    def child(self, loc: Loc, node: Any, *tokens: str | int) -> Loc:
+        """The location of ``node``, found at ``tokens`` below ``loc``."""
+        base = loc.base
+        if isinstance(node, dict) and isinstance(node.get("$id"), str):
+            base = urldefrag(urljoin(base, node["$id"]))[0]
+        return Loc(join_pointer(loc.pointer, *tokens), base)
+
+    def resolve(self, ref: str, base: str) -> str | None:
+        """The root pointer ``ref`` names, or None when it points outside this document."""
+        full = urljoin(base, ref)
+        doc, frag = urldefrag(full)
+        if doc not in self.resources:
+            if doc == self.root_base:
+                start = ""
+            else:
+                return None
+        else:
+            start = self.resources[doc]
+        if frag == "":
+            return start
+        if frag.startswith("/"):
+            return start + unquote(frag)
+        return self.anchors.get(f"{doc}#{unquote(frag)}")
+
+    def node_at(self, pointer: str) -> Any:
+        """The value at ``pointer`` in the document."""
+        node = self.root
+        for token in split_pointer(pointer):
+            if isinstance(node, dict) and token in node:
+                node = node[token]
+            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                node = node[int(token)]
+            else:
+                raise SchemaError(f"$ref target {pointer!r} does not exist", pointer=pointer)
+        return node
+
+    def loc_of(self, pointer: str) -> Loc:
+        """The location of the subschema at ``pointer``, with the base URI its ``$id``s set."""
+        node = self.root
+        base = self.root_base
+        for token in split_pointer(pointer):
+            if isinstance(node, dict) and token in node:
+                node = node[token]
+            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                node = node[int(token)]
+            else:
+                raise SchemaError(f"$ref target {pointer!r} does not exist", pointer=pointer)
+            if isinstance(node, dict) and isinstance(node.get("$id"), str):
+                base = urldefrag(urljoin(base, node["$id"]))[0]
+        return Loc(pointer, base)

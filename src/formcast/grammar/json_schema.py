@@ -1,0 +1,867 @@
+"""JSON Schema (2020-12, and draft 7 style documents) -> grammar IR, with a CompileReport.
+
+``compile_json_schema(schema)`` returns an immutable ``Grammar`` whose language is the JSON
+texts of the values the schema allows, up to spelling (see below); ``grammar.report`` lists
+what was enforced and what was not. With ``strict=True`` (the default) any keyword the grammar
+cannot enforce raises ``UnsupportedSchemaError`` naming them all; with ``strict=False`` the
+grammar over-approximates there (it never rejects a valid value) and the report says where.
+
+How it works: each schema object is flattened into a conjunction (``json_conj``): ``allOf`` and
+``$ref`` with siblings merge, ``anyOf``/``oneOf`` distribute over the rest. A ``$ref`` alone
+becomes a reference to ONE rule per target, named after the target's path, so shared and
+recursive definitions are never copied. ``enum``/``const`` compile to the listed values that
+pass the whole schema (checked with ``jsonschema``), which makes them exact whatever keywords
+surround them. Objects, arrays, strings and numbers have their own builders.
+
+Spelling: the grammar accepts at least one spelling of every valid value, not every spelling.
+Whitespace between tokens is bounded ("flexible": one optional newline then up to 20 spaces or
+tabs; "compact": none; or a regex). Named object properties come in schema order. Constrained
+numbers have no exponent, integers no fraction (``1.0`` is the integer ``1``); constrained
+strings do not accept ``\\u`` escapes of printable ASCII. The report's ``notes`` say which of
+these apply.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
+from urllib.parse import quote
+
+from formcast.errors import FormcastError, GrammarError, SchemaError, UnsupportedSchemaError
+from formcast.grammar import charfa
+from formcast.grammar.cache import DEFAULT_CACHE, CompileCache, schema_hash
+from formcast.grammar.formats import FORMATS, UNSUPPORTED_FORMATS
+from formcast.grammar.ir import (
+    EMPTY,
+    NOTHING,
+    Choice,
+    Expr,
+    Grammar,
+    Literal,
+    Ref,
+    Repeat,
+    Seq,
+    chars,
+    choice,
+    iter_refs,
+    lit,
+    opt,
+    repeat,
+    seq,
+    star,
+)
+from formcast.grammar.json_conj import (
+    ALL_TYPES,
+    ANNOTATIONS,
+    CONSTRAINTS,
+    Accumulator,
+    Conj,
+    Group,
+    Sub,
+    expand_types,
+    json_key,
+    json_type,
+)
+from formcast.grammar.json_numbers import multiple_supported, number_expr
+from formcast.grammar.json_objects import build_object
+from formcast.grammar.json_refs import Loc, SchemaIndex, join_pointer, split_pointer
+from formcast.grammar.json_strings import (
+    Constraint,
+    combine,
+    format_constraint,
+    length_expr,
+    pattern_expr,
+)
+from formcast.grammar.json_text import (
+    ANY_CHAR_FORMS,
+    GENERIC_INTEGER,
+    GENERIC_NUMBER,
+    GENERIC_STRING,
+    QUOTE,
+    char_forms_cached,
+    value_literal,
+)
+from formcast.grammar.regex import regex_to_expr
+from formcast.grammar.report import CompileReport, Unenforced
+
+COMPILER_VERSION = "1.0"
+FLEXIBLE_INDENT = 20
+MAX_BRANCH_PRODUCT = 256
+
+__all__ = ["compile_json_schema", "CompileOptions", "COMPILER_VERSION", "load_schema_text"]
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Options that change the grammar (all of them are part of the cache key)."""
+
+    whitespace: str = "flexible"  # "flexible" | "compact" | a regex over " \t\n\r"
+    max_depth: int | None = None  # nesting bound for generic values (schema `true`, untyped)
+    property_order: str = "schema"  # "schema" | "any" (objects of at most 5 properties)
+    formats: str = "assert"  # "assert": enforce known formats | "annotate": formats are notes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.whitespace, str) or not self.whitespace:
+            raise FormcastError("whitespace must be 'flexible', 'compact' or a regex")
+        if self.max_depth is not None and (not isinstance(self.max_depth, int)
+                                           or self.max_depth < 0):
+            raise FormcastError(f"max_depth must be a non-negative integer, not {self.max_depth!r}")
+        if self.property_order not in ("schema", "any"):
+            raise FormcastError(f"property_order must be 'schema' or 'any', "
+                                f"not {self.property_order!r}")
+        if self.formats not in ("assert", "annotate"):
+            raise FormcastError(f"formats must be 'assert' or 'annotate', not {self.formats!r}")
+
+
+def load_schema_text(text: str | bytes, source: str = "<schema>") -> Any:
+    """Parse JSON schema text; a syntax error names the source, line and column."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{source} is not valid JSON: {exc.msg} at line {exc.lineno}, "
+                          f"column {exc.colno}") from None
+
+
+def compile_json_schema(schema: Any, *, whitespace: str = "flexible", strict: bool = True,
+                        max_depth: int | None = None, property_order: str = "schema",
+                        formats: str = "assert", cache: CompileCache | None = DEFAULT_CACHE
+                        ) -> Grammar:
+    """Compile ``schema`` (a dict, a boolean, or JSON text) to a ``Grammar`` with a report.
+
+    Compiled grammars are cached by schema hash, compiler version and options; the same
+    immutable grammar is returned to every caller. ``strict`` only decides whether an inexact
+    compile raises, so it is not part of the key.
+    """
+    if isinstance(schema, str | bytes):
+        schema = load_schema_text(schema)
+    options = CompileOptions(whitespace, max_depth, property_order, formats)
+    digest = schema_hash(schema)
+    key = (digest, COMPILER_VERSION, tuple(sorted(asdict(options).items())))
+
+    def build() -> Grammar:
+        return SchemaCompiler(schema, options, digest).compile()
+
+    grammar = cache.get_or_compile(key, build) if cache is not None else build()
+    report = grammar.report
+    if strict and report is not None and report.unenforced:
+        raise UnsupportedSchemaError([u.as_tuple() for u in report.unenforced])
+    return grammar
+
+
+def _check_schema(schema: Any) -> tuple[type, bool]:
+    """Validate the schema against its metaschema; returns the validator class and whether the
+    dialect is draft 7 or older (where siblings of ``$ref`` are ignored)."""
+    from jsonschema import exceptions, validators
+
+    if not isinstance(schema, dict | bool):
+        raise SchemaError(f"a schema must be a JSON object or a boolean, not {type(schema).__name__}")
+    cls = validators.validator_for(schema, default=validators.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except exceptions.SchemaError as exc:
+        pointer = join_pointer("", *exc.path)
+        raise SchemaError(f"invalid schema: {exc.message}", pointer=pointer) from None
+    legacy = cls.__name__ in ("Draft3Validator", "Draft4Validator", "Draft6Validator",
+                              "Draft7Validator")
+    return cls, legacy
+
+
+class SchemaCompiler:
+    """One compile of one schema. Not reusable; ``compile()`` returns the grammar."""
+
+    def __init__(self, schema: Any, options: CompileOptions, digest: str = "") -> None:
+        self.schema = schema
+        self.options = options
+        self.digest = digest or schema_hash(schema)
+        self.validator_cls, legacy = _check_schema(schema)
+        self.index = SchemaIndex(schema)
+        self.acc = Accumulator(self.index, legacy_refs=legacy)
+        self.rules: dict[str, Expr] = {}
+        self.keep: set[str] = set()
+        self.ref_rules: dict[str, str] = {}
+        self.open: list[str] = []
+        self.unenforced: dict[tuple[str, str], str] = {}
+        self.seen: set[tuple[str, str]] = set()
+        self.notes: list[str] = []
+        self._validators: dict[str, Any] = {}
+        self._pattern_dfas: dict[str, charfa.DFA | None] = {}
+        self.ws = self._whitespace()
+
+    # -- services for the builders
+
+    def report(self, pointer: str, keyword: str, reason: str) -> None:
+        self.unenforced.setdefault((pointer, keyword), reason)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    @contextmanager
+    def consuming(self) -> Iterator[None]:
+        """Children of a container come after input was consumed: reset left-recursion
+        tracking for them."""
+        saved = self.open
+        self.open = []
+        try:
+            yield
+        finally:
+            self.open = saved
+
+    def rule_base(self, loc: Loc) -> str:
+        tokens = split_pointer(loc.pointer)
+        if tokens and tokens[0] in ("$defs", "definitions"):
+            words = [tokens[0].lstrip("$")] + tokens[1:]
+        else:
+            words = ["root"] + tokens
+        words = [re.sub(r"[^A-Za-z0-9]+", "-", w).strip("-") or "x" for w in words]
+        return "-".join(words)
+
+    def new_rule(self, name: str, body: Expr) -> str:
+        """Add a rule named ``name`` (suffixed when taken by a different body)."""
+        candidate, n = name, 2
+        while candidate in self.rules and self.rules[candidate] != body:
+            candidate, n = f"{name}-{n}", n + 1
+        self.rules[candidate] = body
+        return candidate
+
+    def prim(self, name: str) -> Expr:
+        """A shared rule for a generic JSON piece: value, object, array, string, number..."""
+        depth = self.options.max_depth
+        if name in ("value", "object", "array") and depth is not None:
+            return Ref(self._bounded(name, depth))
+        if name not in self.rules:
+            self.rules[name] = NOTHING
+            self.rules[name] = self._prim_body(name)
+        return Ref(name)
+
+    def _prim_body(self, name: str) -> Expr:
+        if name == "string":
+            return GENERIC_STRING
+        if name == "number":
+            return GENERIC_NUMBER
+        if name == "integer":
+            return GENERIC_INTEGER
+        if name == "char":
+            return ANY_CHAR_FORMS
+        if name == "value":
+            return self._value_body(self.prim("object"), self.prim("array"))
+        if name == "object":
+            return self._object_body(self.prim("value"))
+        if name == "array":
+            return self._array_body(self.prim("value"))
+        raise AssertionError(name)
+
+    def _bounded(self, kind: str, depth: int) -> str:
+        name = f"{kind}-d{depth}"
+        if name in self.rules:
+            return name
+        self.rules[name] = NOTHING
+        if kind == "value":
+            if depth == 0:
+                body = self._value_body(None, None)
+            else:
+                body = self._value_body(Ref(self._bounded("object", depth)),
+                                        Ref(self._bounded("array", depth)))
+        else:
+            inner = (Ref(self._bounded("value", depth - 1)) if depth > 0 else NOTHING)
+            body = self._object_body(inner) if kind == "object" else self._array_body(inner)
+        self.rules[name] = body
+        return name
+
+    def _value_body(self, obj: Expr | None, arr: Expr | None) -> Expr:
+        alts = [a for a in (obj, arr) if a is not None]
+        return choice(*alts, self.prim("string"), self.prim("number"), lit("true"),
+                      lit("false"), lit("null"))
+
+    def _object_body(self, value: Expr) -> Expr:
+        if value == NOTHING:
+            return seq(lit("{"), self.ws, lit("}"))
+        member = seq(self.prim("string"), self.ws, lit(":"), self.ws, value, self.ws)
+        return seq(lit("{"), self.ws, opt(seq(member, star(seq(lit(","), self.ws, member)))),
+                   lit("}"))
+
+    def _array_body(self, value: Expr) -> Expr:
+        if value == NOTHING:
+            return seq(lit("["), self.ws, lit("]"))
+        item = seq(value, self.ws)
+        return seq(lit("["), self.ws, opt(seq(item, star(seq(lit(","), self.ws, item)))),
+                   lit("]"))
+
+    def any_value(self) -> Expr:
+        return self.prim("value")
+
+    def _whitespace(self) -> Expr:
+        mode = self.options.whitespace
+        if mode == "compact":
+            return EMPTY
+        if mode == "flexible":
+            body = seq(opt(choice(lit("\n"), lit("\r\n"))), repeat(chars(" \t"), 0, FLEXIBLE_INDENT))
+            self.note(f"whitespace between tokens is bounded: at most one newline and "
+                      f"{FLEXIBLE_INDENT} spaces or tabs")
+        else:
+            try:
+                body = regex_to_expr(mode)
+                dfa = charfa.minimize(charfa.from_expr(body))
+                allowed = charfa.minimize(charfa.from_expr(star(chars(" \t\n\r"))))
+            except (charfa.AutomatonTooLarge, charfa.NotCharacterLevel, GrammarError) as exc:
+                raise FormcastError(f"whitespace regex {mode!r} cannot be used: {exc}") from None
+            if not charfa.difference(dfa, allowed).is_empty():
+                raise FormcastError(f"whitespace regex {mode!r} matches characters other than "
+                                    "space, tab, newline and carriage return")
+            if dfa.is_empty():
+                raise FormcastError(f"whitespace regex {mode!r} matches nothing")
+            if not dfa.is_finite():
+                self.note("the whitespace regex allows unbounded whitespace: a model can get "
+                          "stuck emitting spaces")
+        self.rules["ws"] = body
+        return Ref("ws")
+
+    def pattern_dfa(self, pattern: str, pointer: str) -> charfa.DFA | None:
+        """The search language of a pattern as an automaton (None: not compilable)."""
+        if pattern not in self._pattern_dfas:
+            expr = pattern_expr(pattern, pointer)
+            dfa = None
+            if expr is not None:
+                try:
+                    dfa = charfa.minimize(charfa.from_expr(expr))
+                except (charfa.AutomatonTooLarge, charfa.NotCharacterLevel):
+                    dfa = None
+            self._pattern_dfas[pattern] = dfa
+        return self._pattern_dfas[pattern]
+
+    def key_language(self, schema: Any, loc: Loc) -> charfa.DFA | None | str:
+        """``propertyNames`` as an automaton over key strings; "none" when no key is allowed,
+        None when unconstrained or not compilable (then reported)."""
+        if schema is True:
+            return None
+        if schema is False:
+            return "none"
+        conj = Conj()
+        self.acc.add(conj, schema, loc, (loc.pointer,))
+        self.seen.update(conj.seen)
+        if conj.false:
+            return "none"
+        if conj.values is not None:
+            keys = [v for v in conj.values if isinstance(v, str) and self._valid(v, conj)]
+            if not keys:
+                return "none"
+            return charfa.minimize(charfa.from_expr(choice(*(lit(k) for k in keys))))
+        if conj.groups or conj.nots or conj.issues:
+            for ptr, kw in conj.seen:
+                if kw in ("anyOf", "oneOf", "not", "if", "$ref", "$dynamicRef"):
+                    self.report(ptr, kw, "propertyNames: only type, enum, const, pattern, format "
+                                "and lengths are compiled; the key check is left to the validator")
+            return None
+        if conj.types is not None and "string" not in conj.types:
+            return "none"
+        cons = self._string_constraints(conj)
+        if not cons:
+            return None
+        try:
+            return charfa.language_of(c.expr for c in cons)
+        except (charfa.AutomatonTooLarge, charfa.NotCharacterLevel):
+            for c in cons:
+                for ptr, kw in c.sources:
+                    self.report(ptr, kw, "propertyNames constraint too large to compile")
+            return None
+
+    # -- compiling schemas
+
+    def compile(self) -> Grammar:
+        started = time.perf_counter()
+        root_loc = self.index.loc_of("")
+        self.ref_rules[""] = "root"
+        self.keep.add("root")
+        self.rules["root"] = NOTHING
+        self.open.append("root")
+        self.rules["root"] = self.compile_node(self.schema, root_loc)
+        self.open.pop()
+        rules = _finish(self.rules, self.keep)
+        if self.acc.unknown:
+            self.note("unknown keywords ignored (they are annotations in JSON Schema): "
+                      + ", ".join(sorted(self.acc.unknown)))
+        unenforced = tuple(Unenforced(p, k, r) for (p, k), r in sorted(self.unenforced.items()))
+        compiled = Counter(kw for ptr, kw in self.seen if (ptr, kw) not in self.unenforced)
+        report = CompileReport(
+            compiled=dict(compiled), unenforced=unenforced, notes=tuple(self.notes),
+            rule_count=len(rules), compile_seconds=time.perf_counter() - started,
+            schema_hash=self.digest, compiler_version=COMPILER_VERSION,
+            options=asdict(self.options))
+        return Grammar(rules, "root", report=report)
+
+    def compile_node(self, schema: Any, loc: Loc) -> Expr:
+        """The grammar of one subschema."""
+        if schema is True:
+            return self.any_value()
+        if schema is False:
+            return NOTHING
+        if not isinstance(schema, dict):
+            raise SchemaError("a schema must be an object or a boolean", pointer=loc.pointer)
+        if "$ref" in schema and (self.acc.legacy_refs or all(
+                k == "$ref" or k in ANNOTATIONS or k not in CONSTRAINTS for k in schema)):
+            for k in schema:
+                if k not in CONSTRAINTS and k not in ANNOTATIONS:
+                    self.acc.unknown.add(k)
+            return self._ref(schema["$ref"], loc)
+        conj = Conj()
+        self.acc.add(conj, schema, loc, (loc.pointer,))
+        return self.compile_conj(conj, loc)
+
+    def _ref(self, ref: Any, loc: Loc) -> Expr:
+        ptr = join_pointer(loc.pointer, "$ref")
+        self.seen.add((ptr, "$ref"))
+        if not isinstance(ref, str):
+            raise SchemaError("$ref must be a string", pointer=ptr)
+        target = self.index.resolve(ref, loc.base)
+        if target is None:
+            self.report(ptr, "$ref", f"$ref {ref!r} points outside this document (remote "
+                        "references are not fetched); any value is accepted there")
+            return self.any_value()
+        name = self.ref_rules.get(target)
+        if name is None:
+            node = self.index.node_at(target)
+            name = self.ref_rules[target] = self.new_rule(self.rule_base(Loc(target, "")), NOTHING)
+            self.keep.add(name)
+            self.open.append(name)
+            try:
+                body = self.compile_node(node, self.index.loc_of(target))
+            finally:
+                self.open.pop()
+            self.rules[name] = body
+            return Ref(name)
+        if name in self.open:
+            self.report(ptr, "$ref", f"$ref {ref!r} refers back to itself before any input "
+                        "(left recursion); that branch is dropped")
+            return NOTHING
+        return Ref(name)
+
+    def compile_subs(self, subs: list[Sub], pointer: str) -> Expr:
+        """The grammar of the conjunction of ``subs`` (none: any value), wrapped in a rule
+        named after ``pointer`` when it is large."""
+        if not subs:
+            return self.any_value()
+        if len(subs) == 1:
+            expr = self.compile_node(*subs[0])
+            loc = subs[0][1]
+        else:
+            conj = Conj()
+            for sub, loc in subs:
+                self.acc.add(conj, sub, loc, (loc.pointer,))
+            loc = subs[0][1]
+            expr = self.compile_conj(conj, loc)
+        return self._named(Loc(pointer, loc.base), expr)
+
+    def _named(self, loc: Loc, expr: Expr) -> Expr:
+        if isinstance(expr, Ref | Literal) or expr == NOTHING or _size(expr, 40) < 40:
+            return expr
+        name = self.new_rule(self.rule_base(loc), expr)
+        self.keep.add(name)
+        return Ref(name)
+
+    def compile_conj(self, conj: Conj, loc: Loc) -> Expr:
+        self.seen.update(conj.seen)
+        if conj.false:
+            return NOTHING
+        if conj.values is not None:
+            return self._finite(conj)
+        for issue in conj.issues:
+            self.report(*issue)
+        for sub, sub_loc in conj.nots:
+            if not self._apply_not(conj, sub, sub_loc):
+                return NOTHING
+        if conj.groups:
+            return self._distribute(conj, loc)
+        return self._build(conj, loc)
+
+    def _apply_not(self, conj: Conj, sub: Any, sub_loc: Loc) -> bool:
+        """Fold ``not`` into the conjunction where exact; False when nothing can pass."""
+        ptr = sub_loc.pointer  # .../not
+        if sub is True or (isinstance(sub, dict) and not any(k in CONSTRAINTS for k in sub)):
+            return False
+        if sub is False:
+            return True
+        if isinstance(sub, dict) and set(k for k in sub if k in CONSTRAINTS) == {"type"}:
+            t = sub["type"]
+            removed = expand_types({t} if isinstance(t, str) else set(t))
+            current = expand_types(set(conj.types) if conj.types is not None else set(ALL_TYPES))
+            if "integer" in removed and "number" not in removed and "number" in current:
+                self.report(ptr, "not", "'not integer' on numbers (non-integral numbers only) "
+                            "is left to the validator")
+                return True
+            left = current - removed
+            conj.types = set()
+            conj.add_types(left)
+            return bool(conj.types)
+        self.report(ptr, "not", "'not' is only compiled for types; the negated schema is left "
+                    "to the validator")
+        return True
+
+    def _finite(self, conj: Conj) -> Expr:
+        assert conj.values is not None
+        keep = []
+        for v in conj.values:
+            ok = self._valid(v, conj)
+            if ok:
+                keep.append(v)
+        limit = 5 if self.options.property_order == "any" else 0
+        return choice(*(value_literal(v, self.ws, limit) for v in keep)) if keep else NOTHING
+
+    def _valid(self, value: Any, conj: Conj) -> bool:
+        """Whether ``value`` satisfies every source schema of ``conj`` (by ``jsonschema``)."""
+        for schema, loc in conj.sources:
+            validator = self._validator(loc.pointer)
+            try:
+                if not validator.is_valid(value):
+                    return False
+            except Exception as exc:  # unresolvable refs, recursion: keep the value, say so
+                self.report(join_pointer(loc.pointer, "enum"), "enum",
+                            f"could not check enum values against the rest of the schema "
+                            f"({type(exc).__name__}); all listed values are accepted")
+        return True
+
+    def _validator(self, pointer: str) -> Any:
+        got = self._validators.get(pointer)
+        if got is None:
+            from jsonschema import FormatChecker
+            from referencing import Registry, Resource
+            from referencing.jsonschema import DRAFT202012
+
+            resource = Resource.from_contents(self.schema, default_specification=DRAFT202012)
+            registry = Registry().with_resource(self.index.root_base, resource)
+            if self.index.root_base != "https://formcast.invalid/schema.json":
+                registry = registry.with_resource("https://formcast.invalid/schema.json", resource)
+            registry = registry.crawl()
+            checker = FormatChecker() if self.options.formats == "assert" else None
+            wrapper = {"$ref": f"{self.index.root_base}#{quote(pointer, safe='/~')}"}
+            got = self._validators[pointer] = self.validator_cls(
+                wrapper, registry=registry, format_checker=checker)
+        return got
+
+    def _distribute(self, conj: Conj, loc: Loc) -> Expr:
+        product = 1
+        for i, g in enumerate(conj.groups):
+            product *= len(g.branches)
+            if product > MAX_BRANCH_PRODUCT:
+                for late in conj.groups[i:]:
+                    self.report(join_pointer(late.loc.pointer, late.kind), late.kind,
+                                f"combining the {late.kind} here with the other anyOf/oneOf "
+                                f"alternatives needs more than {MAX_BRANCH_PRODUCT} branches")
+                conj.groups = conj.groups[:i]
+                break
+        if not conj.groups:
+            return self._build(conj, loc)
+        group = conj.groups[0]
+        rest = conj.clone()
+        rest.groups = conj.groups[1:]
+        rest.seen = []
+        rest.issues = []
+        if group.kind == "if":
+            return self._if_then_else(rest, group, loc)
+        if group.kind == "oneOf" and not self._disjoint(group.branches):
+            self.report(join_pointer(group.loc.pointer, "oneOf"), "oneOf",
+                        "oneOf is compiled as anyOf: its branches may overlap, so 'exactly one' "
+                        "is left to the validator")
+        simple = not rest.constrains_anything()
+        alts = []
+        for sub, sub_loc in group.branches:
+            if simple:
+                alts.append(self.compile_node(sub, sub_loc))
+            else:
+                branch = rest.clone()
+                self.acc.add(branch, sub, sub_loc, (sub_loc.pointer,))
+                alts.append(self.compile_conj(branch, loc))
+        return choice(*alts)
+
+    def _if_then_else(self, rest: Conj, group: Group, loc: Loc) -> Expr:
+        (cond, cond_loc), (then, then_loc), (other, other_loc) = group.branches
+        yes, no = rest.clone(), rest.clone()
+        exact = False
+        if isinstance(cond, dict) and set(k for k in cond if k in CONSTRAINTS) == {"type"}:
+            t = cond["type"]
+            kinds = expand_types({t} if isinstance(t, str) else set(t))
+            if not ("integer" in kinds and "number" not in kinds):
+                yes.add_types(kinds)
+                no.add_types(set(ALL_TYPES) - kinds)
+                exact = True
+        if not exact:
+            self.report(cond_loc.pointer, "if", "if/then/else: the grammar accepts values that "
+                        "satisfy 'then' or 'else' without checking the condition")
+        self.acc.add(yes, then, then_loc, (then_loc.pointer,))
+        self.acc.add(no, other, other_loc, (other_loc.pointer,))
+        return choice(self.compile_conj(yes, loc), self.compile_conj(no, loc))
+
+    def _disjoint(self, branches: list[Sub]) -> bool:
+        """Whether no value can satisfy two of ``branches`` (proved from types, finite value
+        sets, or a required discriminator property with disjoint values)."""
+        sigs = [self._signature(sub, loc) for sub, loc in branches]
+        for i in range(len(sigs)):
+            for j in range(i + 1, len(sigs)):
+                if not _sig_disjoint(sigs[i], sigs[j]):
+                    return False
+        return True
+
+    def _signature(self, sub: Any, loc: Loc) -> tuple:
+        conj = Conj()
+        self.acc.add(conj, sub, loc, (loc.pointer,))
+        if conj.false:
+            return (set(), set(), {})
+        values = None
+        types = expand_types(conj.types) if conj.types is not None else set(ALL_TYPES)
+        if conj.values is not None:
+            values = {json_key(v) for v in conj.values}
+            types &= {json_type(v) for v in conj.values} | (
+                {"number"} if any(json_type(v) == "integer" for v in conj.values) else set())
+        discriminators: dict[str, set] = {}
+        if not conj.groups:
+            for name in conj.required:
+                for part in conj.objects:
+                    if name in part.properties:
+                        inner = Conj()
+                        psub, ploc = part.properties[name]
+                        self.acc.add(inner, psub, ploc, (ploc.pointer,))
+                        if inner.values is not None:
+                            keys = {json_key(v) for v in inner.values}
+                            discriminators[name] = (discriminators[name] & keys
+                                                    if name in discriminators else keys)
+        return (types, values, discriminators)
+
+    def _build(self, conj: Conj, loc: Loc) -> Expr:
+        types = conj.types if conj.types is not None else set(ALL_TYPES)
+        if conj.types is None and not conj.constrains_anything():
+            return self.any_value()
+        alts: list[Expr] = []
+        if "object" in types:
+            alts.append(build_object(self, conj, loc))
+        if "array" in types:
+            alts.append(self._array(conj, loc))
+        if "string" in types:
+            alts.append(self._string(conj, loc))
+        if "number" in types or "integer" in types:
+            alts.append(self._number(conj, loc, integer="number" not in types))
+        if "boolean" in types:
+            alts += [lit("true"), lit("false")]
+        if "null" in types:
+            alts.append(lit("null"))
+        return choice(*alts) if alts else NOTHING
+
+    # -- numbers
+
+    def _number(self, conj: Conj, loc: Loc, integer: bool) -> Expr:
+        multiples = []
+        for m, ptr in conj.multiples:
+            if multiple_supported(m):
+                multiples.append((m, ptr))
+            else:
+                self.report(ptr, "multipleOf", f"multipleOf {m}: the modulus is too large for a "
+                            "digit automaton (numerator at most 1000)")
+        low = conj.low
+        high = conj.high
+        if low is None and high is None and not multiples:
+            return self.prim("integer" if integer else "number")
+        prefix = self.rule_base(loc) + "-num"
+        try:
+            expr = number_expr(integer=integer, low=low and low[0], low_exclusive=bool(low and low[1]),
+                               high=high and high[0], high_exclusive=bool(high and high[1]),
+                               multiples=[m for m, _ in multiples], rules=self.rules, prefix=prefix)
+        except charfa.AutomatonTooLarge:
+            for _, ptr in multiples:
+                self.report(ptr, "multipleOf", "multipleOf together with the bounds makes an "
+                            "automaton too large to compile")
+            expr = number_expr(integer=integer, low=low and low[0],
+                               low_exclusive=bool(low and low[1]), high=high and high[0],
+                               high_exclusive=bool(high and high[1]), rules=self.rules,
+                               prefix=prefix)
+        if low is not None or high is not None or multiples:
+            self.note("constrained numbers are written without exponent, integers without "
+                      "fraction (every value keeps that spelling)")
+        return expr
+
+    # -- strings
+
+    def _string_constraints(self, conj: Conj) -> list[Constraint]:
+        cons: list[Constraint] = []
+        if self.options.formats == "assert":
+            for name, ptr in conj.formats:
+                expr = format_constraint(name, ptr, self.report)
+                if expr is not None:
+                    cons.append(Constraint(expr, [(ptr, "format")]))
+                elif name not in FORMATS and name not in UNSUPPORTED_FORMATS:
+                    self.note(f"format {name!r} is not a JSON Schema format; treated as an "
+                              "annotation")
+        for pattern, ptr in conj.patterns:
+            expr = pattern_expr(pattern, ptr)
+            if expr is None:
+                self.report(ptr, "pattern", f"pattern {pattern!r} uses lookaround or "
+                            "backreferences, which no grammar can express")
+            else:
+                cons.append(Constraint(expr, [(ptr, "pattern")]))
+        if conj.min_len or conj.max_len is not None:
+            if conj.max_len is not None and conj.max_len < conj.min_len:
+                cons.append(Constraint(NOTHING, [(p, p.rsplit("/", 1)[1]) for p in conj.length_ptrs]))
+            else:
+                cons.append(Constraint(length_expr(conj.min_len, conj.max_len),
+                                       [(p, p.rsplit("/", 1)[1]) for p in conj.length_ptrs]))
+        return cons
+
+    def _string(self, conj: Conj, loc: Loc) -> Expr:
+        cons = self._string_constraints(conj)
+        if not cons:
+            return self.prim("string")
+        self.note("constrained strings spell printable ASCII characters raw (not as \\u "
+                  "escapes); other characters may be raw or escaped")
+        if len(cons) == 1 and cons[0].sources[0][1] in ("minLength", "maxLength"):
+            if conj.max_len is not None and conj.max_len < conj.min_len:
+                return NOTHING
+            return seq(QUOTE, repeat(self.prim("char"), conj.min_len, conj.max_len), QUOTE)
+        content = combine(cons, label=char_forms_cached, rules=self.rules,
+                          prefix=self.rule_base(loc) + "-str", report=self.report)
+        return seq(QUOTE, content, QUOTE)
+
+    # -- arrays
+
+    def _array(self, conj: Conj, loc: Loc) -> Expr:
+        lo, hi = conj.min_items, conj.max_items
+        for ptr in conj.unique:
+            if hi is None or hi > 1:
+                self.report(ptr, "uniqueItems", "uniqueItems compares items with each other, "
+                            "which no grammar can do; left to the validator")
+        for ptr in conj.contains:
+            self.report(ptr, "contains", "contains (some item matches) is left to the validator")
+        parts = conj.arrays
+        if not parts and lo == 0 and hi is None:
+            return self.prim("array")
+        if hi is not None and hi < lo:
+            return NOTHING
+        n = max((len(p.prefix) for p in parts), default=0)
+        positions: list[Expr] = []
+        with self.consuming():
+            for i in range(n):
+                subs = [p.prefix[i] if i < len(p.prefix) else p.items for p in parts]
+                expr = self.compile_subs([s for s in subs if s is not None],
+                                         join_pointer(loc.pointer, "prefixItems", i))
+                if expr == NOTHING:
+                    hi = i if hi is None else min(hi, i)
+                    break
+                positions.append(expr)
+            rest_subs = [p.items for p in parts if p.items is not None]
+            rest = (self.compile_subs(rest_subs, join_pointer(loc.pointer, "items"))
+                    if (hi is None or hi > len(positions)) else NOTHING)
+        if rest == NOTHING:
+            hi = len(positions) if hi is None else min(hi, len(positions))
+        if hi is not None and hi < lo:
+            return NOTHING
+        ws = self.ws
+        comma = seq(lit(","), ws)
+
+        def tail(i: int) -> Expr:
+            if hi is not None and i >= hi:
+                return EMPTY if i >= lo else NOTHING
+            if i >= len(positions):
+                lo_r = max(0, lo - i)
+                hi_r = None if hi is None else hi - i
+                more = seq(comma, rest, ws)
+                if i > 0:
+                    return repeat(more, lo_r, hi_r)
+                body = seq(rest, ws, repeat(more, max(lo_r - 1, 0),
+                                            None if hi_r is None else hi_r - 1))
+                return body if lo_r > 0 else opt(body)
+            item = seq(comma if i > 0 else EMPTY, positions[i], ws, tail(i + 1))
+            return item if i < lo else opt(item)
+
+        return seq(lit("["), ws, tail(0), lit("]"))
+
+
+def _sig_disjoint(a: tuple, b: tuple) -> bool:
+    ta, va, da = a
+    tb, vb, db = b
+    common = expand_types(ta) & expand_types(tb)
+    if not common:
+        return True
+    if va is not None and vb is not None and not (va & vb):
+        return True
+    if common <= {"object"}:
+        for name, keys in da.items():
+            if name in db and not (keys & db[name]):
+                return True
+    return False
+
+
+def _size(expr: Expr, limit: int) -> int:
+    """Node count of ``expr``, stopping at ``limit``."""
+    count = 0
+    stack = [expr]
+    while stack and count < limit:
+        e = stack.pop()
+        count += 1
+        if isinstance(e, Seq | Choice):
+            stack.extend(e.items)
+        elif isinstance(e, Repeat):
+            stack.append(e.item)
+    return count
+
+
+# ----------------------------------------------------------------------------- clean-up
+
+
+def _finish(rules: dict[str, Expr], keep: set[str]) -> dict[str, Expr]:
+    """Drop unreachable rules and inline helper rules used once (and not recursive)."""
+    prims = {"ws", "string", "number", "integer", "char", "value", "object", "array"}
+    rules = dict(rules)
+    while True:
+        live = _reachable(rules, "root")
+        rules = {k: v for k, v in rules.items() if k in live}
+        counts: Counter[str] = Counter()
+        for body in rules.values():
+            counts.update(iter_refs(body))
+        inline = {name for name, n in counts.items()
+                  if n == 1 and name not in keep and name not in prims and name != "root"
+                  and not name.startswith(("value-d", "object-d", "array-d"))
+                  and name not in _reachable_from_body(rules, name)}
+        if not inline:
+            return rules
+        name = sorted(inline)[0]
+        body = rules.pop(name)
+        rules = {k: (_substitute(v, name, body) if name in set(iter_refs(v)) else v)
+                 for k, v in rules.items()}
+
+
+def _reachable(rules: dict[str, Expr], start: str) -> set[str]:
+    seen = {start}
+    stack = [start]
+    while stack:
+        for ref_name in iter_refs(rules[stack.pop()]):
+            if ref_name not in seen:
+                seen.add(ref_name)
+                stack.append(ref_name)
+    return seen
+
+
+def _reachable_from_body(rules: dict[str, Expr], name: str) -> set[str]:
+    seen: set[str] = set()
+    stack = list(iter_refs(rules[name]))
+    while stack:
+        r = stack.pop()
+        if r not in seen:
+            seen.add(r)
+            stack.extend(iter_refs(rules[r]))
+    return seen
+
+
+def _substitute(expr: Expr, name: str, body: Expr) -> Expr:
+    if isinstance(expr, Ref):
+        return body if expr.name == name else expr
+    if isinstance(expr, Seq):
+        return seq(*(_substitute(x, name, body) for x in expr.items))
+    if isinstance(expr, Choice):
+        return choice(*(_substitute(x, name, body) for x in expr.items))
+    if isinstance(expr, Repeat):
+        return repeat(_substitute(expr.item, name, body), expr.min, expr.max)
+    return expr

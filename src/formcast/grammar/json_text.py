@@ -1,0 +1,319 @@
+"""JSON text (RFC 8259) as grammar IR: whitespace, string characters and their escapes,
+digit and hex-digit ranges, and literal JSON values.
+
+Two kinds of strings are produced:
+
+* ``GENERIC_STRING``: RFC 8259 exactly, every escape included (``\\u0041`` and lone surrogate
+  escapes too). Used where the schema does not constrain the string's contents.
+* Constrained contents (patterns, formats, lengths, enum values, property names): the grammar
+  works on *decoded characters*, so each character must be spelled in JSON. ``char_forms``
+  spells a character set: raw where JSON allows it raw; ``\\" \\\\ \\/ \\b \\f \\n \\r \\t``;
+  ``\\uXXXX`` (either hex case) for control characters and every non-ASCII character; a
+  surrogate pair for characters beyond the BMP. The one spelling left out is the ``\\u`` escape
+  of printable ASCII (``\\u0041`` for ``A``) and lone surrogates: every string value keeps at
+  least one accepted spelling, so no valid value is lost; only redundant spellings are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from functools import lru_cache
+from decimal import Decimal
+from typing import Any
+
+from formcast.errors import SchemaError
+from formcast.grammar.ir import (
+    EMPTY,
+    MAX_CODEPOINT,
+    NOTHING,
+    CharSet,
+    Expr,
+    chars,
+    choice,
+    lit,
+    merge_ranges,
+    repeat,
+    seq,
+    star,
+)
+
+Ranges = tuple[tuple[int, int], ...]
+
+QUOTE = lit('"')
+ANY_CODEPOINT: Ranges = ((0, 0xD7FF), (0xE000, MAX_CODEPOINT))
+RAW_ALLOWED: Ranges = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, MAX_CODEPOINT))
+SHORT_ESCAPES = {0x22: '"', 0x5C: "\\", 0x2F: "/", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r",
+                 0x09: "t"}
+U_ESCAPED: Ranges = ((0x00, 0x1F), (0x7F, 0xD7FF), (0xE000, 0xFFFF))
+ASTRAL: Ranges = ((0x10000, MAX_CODEPOINT),)
+
+HEX_DIGIT = chars([("0", "9"), ("a", "f"), ("A", "F")])
+DIGIT = chars([("0", "9")])
+NONZERO_DIGIT = chars([("1", "9")])
+
+GENERIC_STRING: Expr = seq(
+    QUOTE,
+    star(choice(
+        CharSet(RAW_ALLOWED),
+        seq(lit("\\"), choice(chars('"\\/bfnrt'), seq(lit("u"), repeat(HEX_DIGIT, 4, 4)))),
+    )),
+    QUOTE,
+)
+GENERIC_INTEGER: Expr = seq(repeat(lit("-"), 0, 1), choice(lit("0"), seq(NONZERO_DIGIT, star(DIGIT))))
+GENERIC_NUMBER: Expr = seq(
+    GENERIC_INTEGER,
+    repeat(seq(lit("."), repeat(DIGIT, 1, None)), 0, 1),
+    repeat(seq(chars("eE"), repeat(chars("+-"), 0, 1), repeat(DIGIT, 1, None)), 0, 1),
+)
+
+
+# ----------------------------------------------------------------------------- ranges
+
+
+def intersect_ranges(a: Iterable[tuple[int, int]], b: Iterable[tuple[int, int]]) -> Ranges:
+    """The intersection of two sets of inclusive ranges."""
+    out = []
+    bb = merge_ranges(b)
+    for lo, hi in merge_ranges(a):
+        for c, d in bb:
+            x, y = max(lo, c), min(hi, d)
+            if x <= y:
+                out.append((x, y))
+    return merge_ranges(out)
+
+
+def _digit_class(lo: int, hi: int, base: int) -> Expr:
+    """One digit with value in ``[lo, hi]``; hex letters in both cases."""
+    ranges: list[tuple[int, int]] = []
+    for v in range(lo, hi + 1):
+        c = "0123456789abcdef"[v]
+        ranges.append((ord(c), ord(c)))
+        if base == 16 and c.isalpha():
+            ranges.append((ord(c.upper()), ord(c.upper())))
+    merged = merge_ranges(ranges)
+    if len(merged) == 1 and merged[0][0] == merged[0][1]:
+        return lit(chr(merged[0][0]))
+    return CharSet(merged)
+
+
+def fixed_width_range(lo: int, hi: int, width: int, base: int = 10) -> Expr:
+    """Strings of exactly ``width`` digits in ``base`` whose value lies in ``[lo, hi]``."""
+    if lo > hi:
+        return NOTHING
+
+    def digits(v: int) -> list[int]:
+        out = []
+        for _ in range(width):
+            out.append(v % base)
+            v //= base
+        return out[::-1]
+
+    return _fixed(digits(lo), digits(hi), base)
+
+
+def _fixed(lo: list[int], hi: list[int], base: int) -> Expr:
+    if not lo:
+        return EMPTY
+    top = base - 1
+    rest = len(lo) - 1
+    any_rest = repeat(_digit_class(0, top, base), rest, rest)
+    if lo[0] == hi[0]:
+        return seq(_digit_class(lo[0], lo[0], base), _fixed(lo[1:], hi[1:], base))
+    lo_full = all(d == 0 for d in lo[1:])
+    hi_full = all(d == top for d in hi[1:])
+    parts: list[Expr] = []
+    first_mid = lo[0] if lo_full else lo[0] + 1
+    last_mid = hi[0] if hi_full else hi[0] - 1
+    if not lo_full:
+        parts.append(seq(_digit_class(lo[0], lo[0], base), _fixed(lo[1:], [top] * rest, base)))
+    if first_mid <= last_mid:
+        parts.append(seq(_digit_class(first_mid, last_mid, base), any_rest))
+    if not hi_full:
+        parts.append(seq(_digit_class(hi[0], hi[0], base), _fixed([0] * rest, hi[1:], base)))
+    return choice(*parts)
+
+
+def hex4_ranges(ranges: Iterable[tuple[int, int]]) -> Expr:
+    """Four hex digits (either case) whose value lies in one of ``ranges``."""
+    return choice(*(fixed_width_range(lo, hi, 4, 16) for lo, hi in merge_ranges(ranges)))
+
+
+# ----------------------------------------------------------------------------- characters
+
+
+def char_forms(ranges: Iterable[tuple[int, int]]) -> Expr:
+    """The JSON string spellings of one character from ``ranges`` (see the module docstring)."""
+    cps = intersect_ranges(ranges, ANY_CODEPOINT)
+    if not cps:
+        return NOTHING
+    alts: list[Expr] = []
+    raw = intersect_ranges(cps, RAW_ALLOWED)
+    if raw:
+        alts.append(_single_char(raw))
+    escaped: list[Expr] = []
+    short = sorted(c for c in SHORT_ESCAPES if intersect_ranges(cps, ((c, c),)))
+    if short:
+        letters = [SHORT_ESCAPES[c] for c in short]
+        escaped.append(lit(letters[0]) if len(letters) == 1 else chars("".join(letters)))
+    uesc = intersect_ranges(cps, U_ESCAPED)
+    u_alts: list[Expr] = []
+    if uesc:
+        u_alts.append(hex4_ranges(uesc))
+    astral = intersect_ranges(cps, ASTRAL)
+    if astral:
+        u_alts.append(_surrogate_pairs(astral))
+    if u_alts:
+        escaped.append(seq(lit("u"), choice(*u_alts)))
+    if escaped:
+        alts.append(seq(lit("\\"), choice(*escaped)))
+    return choice(*alts)
+
+
+def _single_char(ranges: Ranges) -> Expr:
+    if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+        return lit(chr(ranges[0][0]))
+    return CharSet(ranges)
+
+
+def _surrogate_pairs(ranges: Ranges) -> Expr:
+    alts = []
+    for lo, hi in ranges:
+        hlo, llo = 0xD800 + ((lo - 0x10000) >> 10), 0xDC00 + ((lo - 0x10000) & 0x3FF)
+        hhi, lhi = 0xD800 + ((hi - 0x10000) >> 10), 0xDC00 + ((hi - 0x10000) & 0x3FF)
+        if hlo == hhi:
+            alts.append(_pair(hlo, hlo, llo, lhi))
+            continue
+        alts.append(_pair(hlo, hlo, llo, 0xDFFF))
+        if hlo + 1 <= hhi - 1:
+            alts.append(_pair(hlo + 1, hhi - 1, 0xDC00, 0xDFFF))
+        alts.append(_pair(hhi, hhi, 0xDC00, lhi))
+    return choice(*alts)
+
+
+def _pair(h1: int, h2: int, l1: int, l2: int) -> Expr:
+    return seq(fixed_width_range(h1, h2, 4, 16), lit("\\u"), fixed_width_range(l1, l2, 4, 16))
+
+
+ANY_CHAR_FORMS: Expr = char_forms(ANY_CODEPOINT)
+
+
+@lru_cache(maxsize=4096)
+def char_forms_cached(ranges: Ranges) -> Expr:
+    """``char_forms`` memoised (automaton labels repeat a lot)."""
+    return char_forms(ranges)
+
+
+def string_content(text: str) -> Expr:
+    """The spellings of exactly ``text`` inside a JSON string (without the quotes)."""
+    parts: list[Expr] = []
+    for c in text:
+        cp = ord(c)
+        if 0xD800 <= cp <= 0xDFFF:  # a lone surrogate (json.loads keeps them): escape only
+            parts.append(seq(lit("\\u"), fixed_width_range(cp, cp, 4, 16)))
+        elif 0x20 <= cp < 0x7F and c not in '"\\/':
+            parts.append(lit(c))
+        else:
+            parts.append(char_forms(((cp, cp),)))
+    return seq(*parts)
+
+
+def string_literal(text: str) -> Expr:
+    """The JSON string ``text``, quotes included."""
+    return seq(QUOTE, string_content(text), QUOTE)
+
+
+# ----------------------------------------------------------------------------- numbers
+
+
+def plain_decimal(value: Decimal) -> str:
+    """``value`` written without exponent, without trailing fraction zeros (``1.50`` -> ``1.5``,
+    ``2.0`` -> ``2``)."""
+    if value == value.to_integral_value():
+        return str(int(value))
+    text = format(value.normalize(), "f")
+    return text
+
+
+def to_decimal(value: Any) -> Decimal:
+    """A JSON number as an exact ``Decimal`` (floats through their shortest repr, as written)."""
+    if isinstance(value, bool):
+        raise TypeError("booleans are not numbers")
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SchemaError(f"{value} is not a JSON number")
+        return Decimal(repr(value))
+    if isinstance(value, Decimal):
+        return value
+    raise TypeError(f"not a number: {value!r}")
+
+
+def number_literal(value: Any) -> Expr:
+    """The spellings of one number: plain decimal, plus ``json.dumps``'s when it differs.
+
+    Integral values are spelled as integers only (``1.0`` is the JSON Schema value ``1``).
+    """
+    text = plain_decimal(to_decimal(value))
+    alts = [lit(text)]
+    if isinstance(value, float) and value != int(value):
+        dumped = repr(value)
+        if dumped != text:
+            alts.append(lit(dumped))
+    return choice(*alts)
+
+
+# ----------------------------------------------------------------------------- values
+
+
+def is_json_number(value: Any) -> bool:
+    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
+
+
+def value_literal(value: Any, ws: Expr, any_order_limit: int = 0) -> Expr:
+    """The spellings of one JSON value (for ``const`` and ``enum``), with ``ws`` between tokens.
+
+    Object members come in the value's own key order, or in any order when the object has at
+    most ``any_order_limit`` members.
+    """
+    if value is None:
+        return lit("null")
+    if value is True:
+        return lit("true")
+    if value is False:
+        return lit("false")
+    if is_json_number(value):
+        return number_literal(value)
+    if isinstance(value, str):
+        return string_literal(value)
+    sep = seq(ws, lit(","), ws)
+    if isinstance(value, list):
+        if not value:
+            return seq(lit("["), ws, lit("]"))
+        items = [value_literal(v, ws, any_order_limit) for v in value]
+        body: list[Expr] = [items[0]]
+        for item in items[1:]:
+            body += [sep, item]
+        return seq(lit("["), ws, *body, ws, lit("]"))
+    if isinstance(value, dict):
+        if not value:
+            return seq(lit("{"), ws, lit("}"))
+        members = [seq(string_literal(k), ws, lit(":"), ws, value_literal(v, ws, any_order_limit))
+                   for k, v in value.items()]
+        if 1 < len(members) <= any_order_limit:
+            body_expr = _permutations(members, sep)
+        else:
+            parts: list[Expr] = [members[0]]
+            for m in members[1:]:
+                parts += [sep, m]
+            body_expr = seq(*parts)
+        return seq(lit("{"), ws, body_expr, ws, lit("}"))
+    raise SchemaError(f"not a JSON value: {value!r}")
+
+
+def _permutations(members: list[Expr], sep: Expr) -> Expr:
+    if len(members) == 1:
+        return members[0]
+    return choice(*(seq(m, sep, _permutations(members[:i] + members[i + 1:], sep))
+                    for i, m in enumerate(members)))
