@@ -59,31 +59,127 @@ class _NFA:
         return len(self.eps) - 1
 
 
-@dataclass
 class Automaton:
-    """The compiled grammar: one global numbering of DFA states over all call rules.
+    """The compiled grammar: DFA states of all call rules in one numbering, built lazily.
 
-    ``trans[q, b]`` is the state after byte ``b`` (-1: refused); ``calls[q]`` maps a call rule
-    index to the state reached after that rule completes; ``accepting[q]`` means the rule that
-    owns ``q`` may end here.
+    Only the start state of each rule exists after compiling; every other state is made the
+    first time something needs its transitions (``ensure``), so a schema with a
+    ``maxLength: 400`` string costs nothing for the 399 positions a generation never reaches.
+
+    ``trans[q, b]`` is the state after byte ``b`` (-1: refused; valid once ``ensure(q)``);
+    ``calls[q]`` maps a call rule index to the state reached after that rule completes;
+    ``accepting_list[q]`` means the rule that owns ``q`` may end here.
     """
 
-    rule_names: list[str]
-    rule_start: list[int]
-    state_rule: np.ndarray
-    trans: np.ndarray
-    trans_rows: list[list[int]]
-    calls: list[tuple[tuple[int, int], ...]]
-    accepting: np.ndarray
-    accepting_list: list[bool]
-    has_bytes: list[bool]
-    root: int
-    compile_seconds: float
-    nfa_states: int
+    def __init__(self, nfa: _NFA, fragments: dict[str, tuple[int, int]], order: list[str],
+                 live: list[bool], start_rule: str) -> None:
+        self._nfa = nfa
+        self._fragments = fragments
+        self._ends = [fragments[name][1] for name in order]
+        self._live = live
+        self._rule_index = {name: i for i, name in enumerate(order)}
+        self._eps_memo: dict[int, frozenset[int]] = {}
+        self._ids: dict[tuple[int, frozenset[int]], int] = {}
+        self._sets: list[tuple[int, frozenset[int]]] = []
+        self.rule_names = order
+        self.trans = np.full((256, 256), -1, dtype=np.int32)
+        self.trans_rows: list[list[int] | None] = []
+        self.calls: list[tuple[tuple[int, int], ...] | None] = []
+        self.accepting_list: list[bool] = []
+        self.has_bytes: list[bool] = []
+        self.root = self._rule_index[start_rule]
+        self.compile_seconds = 0.0
+        self.nfa_states = len(nfa.eps)
+        self.rule_start = []
+        for name in order:
+            start, end = fragments[name]
+            states = self._important(self._closure(start), end) if live[start] else frozenset()
+            self.rule_start.append(self._intern(self._rule_index[name], states))
 
     @property
     def n_states(self) -> int:
-        return len(self.trans_rows)
+        """States built so far."""
+        return len(self._sets)
+
+    @property
+    def accepting(self) -> np.ndarray:
+        return np.array(self.accepting_list, dtype=bool)
+
+    def ensure(self, q: int) -> None:
+        """Build the transitions of state ``q`` if they are not built yet."""
+        if self.trans_rows[q] is not None:
+            return
+        nfa = self._nfa
+        live = self._live
+        rule, states = self._sets[q]
+        end = self._ends[rule]
+        edges = [(lo, hi, t) for x in states for lo, hi, t in nfa.byte_edges[x] if live[t]]
+        row = [-1] * 256
+        if edges:
+            points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+            for a, b in zip(points, points[1:], strict=False):
+                targets = frozenset().union(*(self._closure(t) for lo, hi, t in edges
+                                              if lo <= a and b - 1 <= hi))
+                if targets:
+                    row[a:b] = [self._intern(rule, self._important(targets, end))] * (b - a)
+        call_map: dict[int, set[int]] = {}
+        fragments = self._fragments
+        for x in states:
+            for name, t in nfa.call_edges[x]:
+                if live[t] and live[fragments[name][0]]:
+                    call_map.setdefault(self._rule_index[name], set()).update(self._closure(t))
+        self.calls[q] = tuple(sorted((cr, self._intern(rule, self._important(frozenset(ts), end)))
+                                     for cr, ts in call_map.items()))
+        self.trans_rows[q] = row
+        self.trans[q] = row
+        self.has_bytes[q] = bool(edges)
+
+    def _closure(self, s: int) -> frozenset[int]:
+        got = self._eps_memo.get(s)
+        if got is not None:
+            return got
+        live = self._live
+        eps = self._nfa.eps
+        seen = {s}
+        stack = [s]
+        while stack:
+            x = stack.pop()
+            for y in eps[x]:
+                if live[y] and y not in seen:
+                    seen.add(y)
+                    stack.append(y)
+        result = frozenset(seen)
+        self._eps_memo[s] = result
+        return result
+
+    def _important(self, states: frozenset[int], end: int) -> frozenset[int]:
+        nfa = self._nfa
+        return frozenset(x for x in states if nfa.byte_edges[x] or nfa.call_edges[x] or x == end)
+
+    def _intern(self, rule: int, states: frozenset[int]) -> int:
+        key = (rule, states)
+        got = self._ids.get(key)
+        if got is not None:
+            return got
+        idx = len(self._sets)
+        self._ids[key] = idx
+        self._sets.append(key)
+        self.trans_rows.append(None)
+        self.calls.append(None)
+        self.accepting_list.append(self._ends[rule] in states)
+        self.has_bytes.append(False)
+        if idx >= self.trans.shape[0]:
+            grown = np.full((self.trans.shape[0] * 2, 256), -1, dtype=np.int32)
+            grown[: self.trans.shape[0]] = self.trans
+            self.trans = grown
+        return idx
+
+    def build_all(self, limit: int = 1_000_000) -> None:
+        """Build every reachable state (for tests and for inspecting a grammar's size)."""
+        q = 0
+        while q < len(self._sets) and q < limit:
+            self.ensure(q)
+            q += 1
 
 
 def compile_automaton(grammar: Grammar) -> Automaton:
@@ -103,9 +199,8 @@ def compile_automaton(grammar: Grammar) -> Automaton:
             order.append(name)
             fragments[name] = builder.build_rule(name)
     nfa = builder.nfa
-    rule_index = {name: i for i, name in enumerate(order)}
-    live = _live_nfa_states(nfa, fragments, order, rule_index)
-    auto = _determinise(nfa, fragments, order, rule_index, live, grammar.start)
+    live = _live_nfa_states(nfa, fragments, order)
+    auto = Automaton(nfa, fragments, order, live, grammar.start)
     _check_left_recursion(auto)
     auto.compile_seconds = time.perf_counter() - t0
     return auto
@@ -189,6 +284,14 @@ class _Builder:
         self.call_rules = set(call_rules)
         self.nfa = _NFA()
         self._size_memo: dict[str, int] = {}
+        self._utf8_memo: dict[CharSet, list[list[tuple[int, int]]]] = {}
+
+    def _utf8_paths(self, e: CharSet) -> list[list[tuple[int, int]]]:
+        got = self._utf8_memo.get(e)
+        if got is None:
+            got = [seq for lo, hi in e.codepoint_ranges() for seq in utf8_byte_sequences(lo, hi)]
+            self._utf8_memo[e] = got
+        return got
 
     def build_rule(self, name: str) -> tuple[int, int]:
         start, end = self.nfa.new_state(), self.nfa.new_state()
@@ -232,13 +335,12 @@ class _Builder:
             for lo, hi in e.ranges:
                 nfa.byte_edges[start].append((lo, hi, end))
         elif isinstance(e, CharSet):
-            for lo, hi in e.codepoint_ranges():
-                for byte_ranges in utf8_byte_sequences(lo, hi):
-                    cur = start
-                    for i, (blo, bhi) in enumerate(byte_ranges):
-                        nxt = end if i == len(byte_ranges) - 1 else nfa.new_state()
-                        nfa.byte_edges[cur].append((blo, bhi, nxt))
-                        cur = nxt
+            for byte_ranges in self._utf8_paths(e):
+                cur = start
+                for i, (blo, bhi) in enumerate(byte_ranges):
+                    nxt = end if i == len(byte_ranges) - 1 else nfa.new_state()
+                    nfa.byte_edges[cur].append((blo, bhi, nxt))
+                    cur = nxt
         elif isinstance(e, Seq):
             if not e.items:
                 nfa.eps[start].append(end)
@@ -262,26 +364,48 @@ class _Builder:
 
     def _build_repeat(self, e: Repeat, start: int, end: int, path: tuple[str, ...]) -> None:
         nfa = self.nfa
+        copies = e.min + (1 if e.max is None else e.max - e.min)
+        template = None  # (first state, exit state, edges of each state) of the first copy
         cur = start
-        for _ in range(e.min):
-            nxt = nfa.new_state()
-            self._build(e.item, cur, nxt, path)
-            cur = nxt
-        if e.max is None:
-            # item* after the mandatory copies: a loop through a fresh hub state.
-            hub = nfa.new_state()
-            nfa.eps[cur].append(hub)
-            body_end = nfa.new_state()
-            self._build(e.item, hub, body_end, path)
-            nfa.eps[body_end].append(hub)
-            nfa.eps[hub].append(end)
-            return
-        for _ in range(e.max - e.min):
-            nfa.eps[cur].append(end)
-            nxt = nfa.new_state()
-            self._build(e.item, cur, nxt, path)
-            cur = nxt
+        for i in range(copies):
+            optional = i >= e.min
+            if optional and e.max is not None:
+                nfa.eps[cur].append(end)
+            entry = nfa.new_state()
+            nfa.eps[cur].append(entry)
+            if template is None:
+                first = entry
+                exit_ = nfa.new_state()
+                self._build(e.item, entry, exit_, path)
+                # Snapshot now: edges added to the exit later point outside the copy.
+                template = (first, exit_, [
+                    (list(nfa.eps[x]), list(nfa.byte_edges[x]), list(nfa.call_edges[x]))
+                    for x in range(first, len(nfa.eps))])
+            else:
+                # Later copies are the first one shifted: copying edges is much cheaper
+                # than compiling the item again (``maxLength: 400`` makes 400 copies).
+                exit_ = self._copy_fragment(template, entry)
+            if optional and e.max is None:
+                nfa.eps[exit_].append(entry)  # item* loops on its single optional copy
+                nfa.eps[entry].append(end)
+                return
+            cur = exit_
         nfa.eps[cur].append(end)
+
+    def _copy_fragment(self, template: tuple[int, int, list], entry: int) -> int:
+        """Duplicate the template's states so that its first state lands on ``entry`` (a
+        state just allocated); return where the template's exit lands."""
+        first, exit_, edges = template
+        nfa = self.nfa
+        delta = entry - first
+        for _ in range(len(edges) - 1):
+            nfa.new_state()
+        for i, (eps, byte_edges, call_edges) in enumerate(edges):
+            y = entry + i
+            nfa.eps[y] = [t + delta for t in eps]
+            nfa.byte_edges[y] = [(lo, hi, t + delta) for lo, hi, t in byte_edges]
+            nfa.call_edges[y] = [(name, t + delta) for name, t in call_edges]
+        return exit_ + delta
 
     def _build_ref(self, name: str, start: int, end: int, path: tuple[str, ...]) -> None:
         if name not in self.call_rules and name not in path and \
@@ -297,8 +421,8 @@ class _Builder:
 # ----------------------------------------------------------------------------- liveness
 
 
-def _live_nfa_states(nfa: _NFA, fragments: dict[str, tuple[int, int]], order: list[str],
-                     rule_index: dict[str, int]) -> list[bool]:
+def _live_nfa_states(nfa: _NFA, fragments: dict[str, tuple[int, int]],
+                     order: list[str]) -> list[bool]:
     """NFA states from which their rule's end can be reached, through productive calls only.
 
     A call edge counts only once the called rule is productive (its start is live), so a
@@ -344,105 +468,6 @@ def _live_nfa_states(nfa: _NFA, fragments: dict[str, tuple[int, int]], order: li
     return live
 
 
-# ----------------------------------------------------------------------------- determinisation
-
-
-def _determinise(nfa: _NFA, fragments: dict[str, tuple[int, int]], order: list[str],
-                 rule_index: dict[str, int], live: list[bool], start_rule: str) -> Automaton:
-    eps_memo: dict[int, frozenset[int]] = {}
-
-    def closure(s: int) -> frozenset[int]:
-        got = eps_memo.get(s)
-        if got is not None:
-            return got
-        seen = {s}
-        stack = [s]
-        while stack:
-            x = stack.pop()
-            for y in nfa.eps[x]:
-                if live[y] and y not in seen:
-                    seen.add(y)
-                    stack.append(y)
-        result = frozenset(seen)
-        eps_memo[s] = result
-        return result
-
-    def important(states: frozenset[int], end: int) -> frozenset[int]:
-        return frozenset(x for x in states
-                         if nfa.byte_edges[x] or nfa.call_edges[x] or x == end)
-
-    ids: dict[tuple[int, frozenset[int]], int] = {}
-    sets: list[tuple[int, frozenset[int]]] = []
-    rows: list[list[int]] = []
-    calls: list[tuple[tuple[int, int], ...]] = []
-    accepting: list[bool] = []
-    rule_start: list[int] = []
-    work: list[int] = []
-
-    def intern(rule: int, states: frozenset[int]) -> int:
-        key = (rule, states)
-        got = ids.get(key)
-        if got is not None:
-            return got
-        idx = len(sets)
-        ids[key] = idx
-        sets.append(key)
-        rows.append([])
-        calls.append(())
-        accepting.append(fragments[order[rule]][1] in states)
-        work.append(idx)
-        return idx
-
-    for r, name in enumerate(order):
-        start, end = fragments[name]
-        if not live[start]:
-            # The rule matches nothing: it gets a start state with no way out.
-            rule_start.append(intern(r, frozenset()))
-            continue
-        rule_start.append(intern(r, important(closure(start), end)))
-
-    while work:
-        q = work.pop()
-        r, states = sets[q]
-        end = fragments[order[r]][1]
-        edges = [(lo, hi, t) for x in states for lo, hi, t in nfa.byte_edges[x] if live[t]]
-        row = [-1] * 256
-        if edges:
-            points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
-            for a, b in zip(points, points[1:], strict=False):
-                targets = frozenset().union(*(closure(t) for lo, hi, t in edges if lo <= a and b - 1 <= hi))
-                if not targets:
-                    continue
-                target = intern(r, important(targets, end))
-                row[a:b] = [target] * (b - a)
-        rows[q] = row
-        call_map: dict[int, set[int]] = {}
-        for x in states:
-            for name, t in nfa.call_edges[x]:
-                if live[t] and live[fragments[name][0]]:
-                    call_map.setdefault(rule_index[name], set()).update(closure(t))
-        calls[q] = tuple(sorted((cr, intern(r, important(frozenset(ts), end)))
-                                for cr, ts in call_map.items()))
-
-    trans = np.array(rows, dtype=np.int32).reshape(len(rows), 256)
-    state_rule = np.array([r for r, _ in sets], dtype=np.int32)
-    has_bytes = [any(t >= 0 for t in row) for row in rows]
-    return Automaton(
-        rule_names=order,
-        rule_start=rule_start,
-        state_rule=state_rule,
-        trans=trans,
-        trans_rows=rows,
-        calls=calls,
-        accepting=np.array(accepting, dtype=bool),
-        accepting_list=accepting,
-        has_bytes=has_bytes,
-        root=rule_index[start_rule],
-        compile_seconds=0.0,
-        nfa_states=len(nfa.eps),
-    )
-
-
 def _check_left_recursion(auto: Automaton) -> None:
     """Refuse rules that can call themselves before consuming a byte (the stack would grow
     forever); name the cycle."""
@@ -458,6 +483,7 @@ def _check_left_recursion(auto: Automaton) -> None:
             stack = [s]
             while stack and not nullable[r]:
                 q = stack.pop()
+                auto.ensure(q)
                 if auto.accepting_list[q]:
                     nullable[r] = True
                     changed = True
@@ -471,6 +497,7 @@ def _check_left_recursion(auto: Automaton) -> None:
         stack = [s]
         while stack:
             q = stack.pop()
+            auto.ensure(q)
             for cr, t in auto.calls[q]:
                 left.setdefault(r, set()).add(cr)
                 if nullable[cr] and t not in seen:

@@ -54,9 +54,11 @@ class Parser:
         seen = {stack}
         work = [stack]
         rule_start = self.auto.rule_start
+        ensure = self.auto.ensure
         while work:
             st = work.pop()
             top = st[-1]
+            ensure(top)
             if self._has_bytes[top] or (len(st) == 1 and self._accepting[top]):
                 out.append(st)
             if len(st) < MAX_STACK_DEPTH:
