@@ -505,7 +505,10 @@ def to_expr(d: DFA, char_expr: Callable[[Ranges], Expr], rules: dict[str, Expr],
             if t != s:
                 preds[t] += 1
     memo: dict[int, Expr] = {}
-    names = {s: f"{prefix}-{s}" for s in range(n) if s in cyclic}
+    base, k = prefix, 2
+    while any(name.startswith(base + "-") for name in rules):
+        base, k = f"{prefix}{k}", k + 1
+    names = {s: f"{base}-{s}" for s in range(n) if s in cyclic}
 
     def body(s: int) -> Expr:
         loop = edges[s].get(s)

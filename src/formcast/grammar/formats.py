@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from formcast.grammar.ir import Expr, choice, chars, lit, opt, plus, seq
+from formcast.grammar.ir import Expr, chars, choice, lit, opt, plus, seq
 from formcast.grammar.regex import regex_to_expr
 
 _DEC_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"

@@ -140,6 +140,7 @@ class Conj:
     # composition
     groups: list[Group] = field(default_factory=list)
     nots: list[Sub] = field(default_factory=list)
+    inlined: set[str] = field(default_factory=set)  # $ref targets merged in at this position
 
     def clone(self) -> Conj:
         out = copy.copy(self)
@@ -152,7 +153,7 @@ class Conj:
         """Whether anything beyond the raw sources was gathered."""
         blank = Conj()
         for name, value in vars(self).items():
-            if name in ("sources", "seen", "issues"):
+            if name in ("sources", "seen", "issues", "inlined"):
                 continue
             if value != getattr(blank, name):
                 return True
@@ -176,6 +177,12 @@ class Conj:
         else:
             keys = {json_key(v) for v in values}
             self.values = [v for v in self.values if json_key(v) in keys]
+
+
+def _conditional(sub: Conj, *extra: str) -> bool:
+    """Whether the evaluated locations of ``sub`` depend on which subschemas validate."""
+    kinds = {"anyOf", "oneOf", "if", "$dynamicRef", "$recursiveRef", *extra}
+    return any(kw in kinds for _, kw in sub.seen)
 
 
 class Accumulator:
@@ -227,6 +234,7 @@ class Accumulator:
             conj.issues.append((ptr, "$ref", f"$ref {ref!r} loops back to itself without any "
                                              "intervening structure"))
             return
+        conj.inlined.add(target)
         self.add(conj, self.index.node_at(target), self.index.loc_of(target), stack + (target,))
 
     def _kw_ref(self, conj, value, schema, loc, ptr, stack) -> None:
@@ -387,7 +395,7 @@ class Accumulator:
             conj.unique.append(ptr)
 
     def _kw_contains(self, conj, value, schema, loc, ptr, stack) -> None:
-        if schema.get("minContains") == 0:
+        if schema.get("minContains") == 0 and "maxContains" not in schema:
             return  # contains with minContains 0 accepts every array
         conj.contains.append(ptr)
 
@@ -397,7 +405,7 @@ class Accumulator:
         # present or "contains" looks at them).
         sub = Conj()
         self._scoped(sub, schema, loc, "unevaluatedItems", stack)
-        if sub.groups or sub.nots or sub.contains or sub.issues:
+        if sub.issues or _conditional(sub, "contains"):
             conj.issues.append((ptr, "unevaluatedItems", "unevaluatedItems next to anyOf/oneOf/"
                                 "if/not/contains depends on which branches validate"))
             return
@@ -477,7 +485,7 @@ class Accumulator:
     def _kw_unevaluatedProperties(self, conj, value, schema, loc, ptr, stack) -> None:
         sub = Conj()
         self._scoped(sub, schema, loc, "unevaluatedProperties", stack)
-        if sub.groups or sub.nots or sub.issues or sub.object_issues:
+        if sub.issues or sub.object_issues or _conditional(sub, "dependentSchemas"):
             conj.issues.append((ptr, "unevaluatedProperties", "unevaluatedProperties next to "
                                 "anyOf/oneOf/if/not/dependentSchemas depends on which branches "
                                 "validate"))

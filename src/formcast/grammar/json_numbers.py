@@ -195,10 +195,8 @@ def number_dfa(*, integer: bool, low: Decimal | None, low_exclusive: bool,
                 t = b.end_int(t)
             if b.result(t) not in b.allowed:
                 return False
-        for (p, k), (r, j) in zip(mods, ms, strict=True):
-            if (r * 10 ** (k - j)) % p:
-                return False
-        return True
+        return all((r * 10 ** (k - j)) % p == 0
+                   for (p, k), (r, j) in zip(mods, ms, strict=True))
 
     start = ("S", False, False, (), ())
     return charfa.minimize(charfa.from_step(start, step, accepting, "-0123456789."))

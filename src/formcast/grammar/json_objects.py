@@ -22,9 +22,9 @@ from formcast.grammar.ir import (
     NOTHING,
     Choice,
     Expr,
+    Ref,
     Repeat,
     Seq,
-    Ref,
     choice,
     lit,
     opt,
@@ -33,7 +33,7 @@ from formcast.grammar.ir import (
 )
 from formcast.grammar.json_conj import Conj, Sub
 from formcast.grammar.json_refs import Loc, join_pointer
-from formcast.grammar.json_text import QUOTE, char_forms_cached, string_literal
+from formcast.grammar.json_text import QUOTE, string_literal
 
 if TYPE_CHECKING:  # pragma: no cover
     from formcast.grammar.json_schema import SchemaCompiler
@@ -123,9 +123,8 @@ def build_object(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
             members.append((seq(string_literal(k), c.ws, lit(":"), c.ws, value), required))
         extra = _extra_members(c, parts, named, pattern_dfas, names_dfa, loc)
 
-    if conj.min_props or conj.max_props is not None:
-        if conj.max_props is not None and conj.max_props < conj.min_props:
-            return NOTHING
+    if conj.max_props is not None and conj.max_props < conj.min_props:
+        return NOTHING
     any_order = c.options.property_order == "any"
     if any_order and len(members) > ANY_ORDER_LIMIT:
         c.note(f"property_order='any' applies to objects of at most {ANY_ORDER_LIMIT} "
@@ -206,7 +205,7 @@ def _class_key(c: SchemaCompiler, pats: list[str], in_class: set[str],
         dfa = charfa.difference(dfa, named_dfa)
     if dfa.is_empty():
         return NOTHING
-    content = charfa.to_expr(dfa, char_forms_cached, c.rules, c.rule_base(loc) + "-key")
+    content = charfa.to_expr(dfa, c.label, c.rules, c.rule_base(loc) + "-key")
     return seq(QUOTE, content, QUOTE)
 
 

@@ -79,11 +79,13 @@ from formcast.grammar.json_strings import (
     pattern_expr,
 )
 from formcast.grammar.json_text import (
-    ANY_CHAR_FORMS,
+    ANY_CODEPOINT,
     GENERIC_INTEGER,
     GENERIC_NUMBER,
     GENERIC_STRING,
     QUOTE,
+    U_ALL,
+    char_forms,
     char_forms_cached,
     value_literal,
 )
@@ -163,12 +165,20 @@ def _check_schema(schema: Any) -> tuple[type, bool]:
 
     if not isinstance(schema, dict | bool):
         raise SchemaError(f"a schema must be a JSON object or a boolean, not {type(schema).__name__}")
-    cls = validators.validator_for(schema, default=validators.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except exceptions.SchemaError as exc:
-        pointer = join_pointer("", *exc.path)
-        raise SchemaError(f"invalid schema: {exc.message}", pointer=pointer) from None
+    unknown = object()
+    cls = validators.validator_for(schema, default=unknown)
+    if cls is unknown:
+        if isinstance(schema, dict) and "$schema" in schema:
+            raise SchemaError(f"unknown $schema {schema['$schema']!r}: formcast compiles the "
+                              "standard dialects (2020-12, 2019-09, draft 7/6/4); remove $schema "
+                              "or use one of their URIs", pointer="/$schema")
+        cls = validators.Draft202012Validator
+    # No format checker: metaschema "regex" checks use Python's re, which rejects valid ECMA
+    # patterns such as \p{Letter}; patterns are checked by formcast's own regex parser.
+    error = exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
+    if error is not None:
+        pointer = join_pointer("", *error.path)
+        raise SchemaError(f"invalid schema: {error.message}", pointer=pointer)
     legacy = cls.__name__ in ("Draft3Validator", "Draft4Validator", "Draft6Validator",
                               "Draft7Validator")
     return cls, legacy
@@ -187,6 +197,7 @@ class SchemaCompiler:
         self.rules: dict[str, Expr] = {}
         self.keep: set[str] = set()
         self.ref_rules: dict[str, str] = {}
+        self.node_rules: dict[tuple[str, ...], str] = {}
         self.open: list[str] = []
         self.unenforced: dict[tuple[str, str], str] = {}
         self.seen: set[tuple[str, str]] = set()
@@ -232,6 +243,14 @@ class SchemaCompiler:
         self.rules[candidate] = body
         return candidate
 
+    def reserve_rule(self, name: str) -> str:
+        """A fresh rule name based on ``name`` (its body is filled in later)."""
+        candidate, n = name, 2
+        while candidate in self.rules:
+            candidate, n = f"{name}-{n}", n + 1
+        self.rules[candidate] = NOTHING
+        return candidate
+
     def prim(self, name: str) -> Expr:
         """A shared rule for a generic JSON piece: value, object, array, string, number..."""
         depth = self.options.max_depth
@@ -250,7 +269,9 @@ class SchemaCompiler:
         if name == "integer":
             return GENERIC_INTEGER
         if name == "char":
-            return ANY_CHAR_FORMS
+            return char_forms(ANY_CODEPOINT, self.prim("unicode-escape"))
+        if name == "unicode-escape":
+            return U_ALL
         if name == "value":
             return self._value_body(self.prim("object"), self.prim("array"))
         if name == "object":
@@ -294,6 +315,10 @@ class SchemaCompiler:
         item = seq(value, self.ws)
         return seq(lit("["), self.ws, opt(seq(item, star(seq(lit(","), self.ws, item)))),
                    lit("]"))
+
+    def label(self, ranges: tuple[tuple[int, int], ...]) -> Expr:
+        """The JSON spellings of one character of ``ranges`` (shares the \\u escape rule)."""
+        return char_forms_cached(ranges, self.prim("unicode-escape"))
 
     def any_value(self) -> Expr:
         return self.prim("value")
@@ -405,8 +430,7 @@ class SchemaCompiler:
             return NOTHING
         if not isinstance(schema, dict):
             raise SchemaError("a schema must be an object or a boolean", pointer=loc.pointer)
-        if "$ref" in schema and (self.acc.legacy_refs or all(
-                k == "$ref" or k in ANNOTATIONS or k not in CONSTRAINTS for k in schema)):
+        if self._ref_only(schema):
             for k in schema:
                 if k not in CONSTRAINTS and k not in ANNOTATIONS:
                     self.acc.unknown.add(k)
@@ -428,7 +452,7 @@ class SchemaCompiler:
         name = self.ref_rules.get(target)
         if name is None:
             node = self.index.node_at(target)
-            name = self.ref_rules[target] = self.new_rule(self.rule_base(Loc(target, "")), NOTHING)
+            name = self.ref_rules[target] = self.reserve_rule(self.rule_base(Loc(target, "")))
             self.keep.add(name)
             self.open.append(name)
             try:
@@ -444,27 +468,43 @@ class SchemaCompiler:
         return Ref(name)
 
     def compile_subs(self, subs: list[Sub], pointer: str) -> Expr:
-        """The grammar of the conjunction of ``subs`` (none: any value), wrapped in a rule
-        named after ``pointer`` when it is large."""
+        """The grammar of the conjunction of ``subs`` (none: any value) as a rule named after
+        ``pointer``. The same conjunction always gets the same rule: that shares it and ends
+        recursion through merged references (``{"$ref": "#", "minItems": 1}``)."""
+        subs = [s for s in subs if s[0] is not True]
         if not subs:
             return self.any_value()
-        if len(subs) == 1:
-            expr = self.compile_node(*subs[0])
-            loc = subs[0][1]
-        else:
-            conj = Conj()
-            for sub, loc in subs:
-                self.acc.add(conj, sub, loc, (loc.pointer,))
-            loc = subs[0][1]
-            expr = self.compile_conj(conj, loc)
-        return self._named(Loc(pointer, loc.base), expr)
-
-    def _named(self, loc: Loc, expr: Expr) -> Expr:
-        if isinstance(expr, Ref | Literal) or expr == NOTHING or _size(expr, 40) < 40:
-            return expr
-        name = self.new_rule(self.rule_base(loc), expr)
-        self.keep.add(name)
+        first = subs[0][0]
+        if len(subs) == 1 and (first is False or (isinstance(first, dict) and self._ref_only(first))):
+            return self.compile_node(*subs[0])
+        key = tuple(loc.pointer for _, loc in subs)
+        name = self.node_rules.get(key)
+        if name is not None:
+            if name in self.open:
+                self.report(subs[0][1].pointer, "$ref", "this schema refers back to itself "
+                            "before any input (left recursion); that branch is dropped")
+                return NOTHING
+            return Ref(name)
+        name = self.node_rules[key] = self.reserve_rule(self.rule_base(Loc(pointer, "")))
+        self.open.append(name)
+        try:
+            if len(subs) == 1:
+                expr = self.compile_node(*subs[0])
+            else:
+                conj = Conj()
+                for sub, loc in subs:
+                    self.acc.add(conj, sub, loc, (loc.pointer,))
+                expr = self.compile_conj(conj, subs[0][1])
+        finally:
+            self.open.pop()
+        self.rules[name] = expr
+        if _size(expr, 40) >= 40:
+            self.keep.add(name)
         return Ref(name)
+
+    def _ref_only(self, schema: dict) -> bool:
+        return "$ref" in schema and (self.acc.legacy_refs or all(
+            k == "$ref" or k in ANNOTATIONS or k not in CONSTRAINTS for k in schema))
 
     def compile_conj(self, conj: Conj, loc: Loc) -> Expr:
         self.seen.update(conj.seen)
@@ -516,7 +556,7 @@ class SchemaCompiler:
 
     def _valid(self, value: Any, conj: Conj) -> bool:
         """Whether ``value`` satisfies every source schema of ``conj`` (by ``jsonschema``)."""
-        for schema, loc in conj.sources:
+        for _, loc in conj.sources:
             validator = self._validator(loc.pointer)
             try:
                 if not validator.is_valid(value):
@@ -576,7 +616,7 @@ class SchemaCompiler:
                 alts.append(self.compile_node(sub, sub_loc))
             else:
                 branch = rest.clone()
-                self.acc.add(branch, sub, sub_loc, (sub_loc.pointer,))
+                self.acc.add(branch, sub, sub_loc, (sub_loc.pointer, *sorted(rest.inlined)))
                 alts.append(self.compile_conj(branch, loc))
         return choice(*alts)
 
@@ -594,8 +634,9 @@ class SchemaCompiler:
         if not exact:
             self.report(cond_loc.pointer, "if", "if/then/else: the grammar accepts values that "
                         "satisfy 'then' or 'else' without checking the condition")
-        self.acc.add(yes, then, then_loc, (then_loc.pointer,))
-        self.acc.add(no, other, other_loc, (other_loc.pointer,))
+        stack = tuple(sorted(rest.inlined))
+        self.acc.add(yes, then, then_loc, (then_loc.pointer, *stack))
+        self.acc.add(no, other, other_loc, (other_loc.pointer, *stack))
         return choice(self.compile_conj(yes, loc), self.compile_conj(no, loc))
 
     def _disjoint(self, branches: list[Sub]) -> bool:
@@ -721,7 +762,7 @@ class SchemaCompiler:
             if conj.max_len is not None and conj.max_len < conj.min_len:
                 return NOTHING
             return seq(QUOTE, repeat(self.prim("char"), conj.min_len, conj.max_len), QUOTE)
-        content = combine(cons, label=char_forms_cached, rules=self.rules,
+        content = combine(cons, label=self.label, rules=self.rules,
                           prefix=self.rule_base(loc) + "-str", report=self.report)
         return seq(QUOTE, content, QUOTE)
 
@@ -813,7 +854,8 @@ def _size(expr: Expr, limit: int) -> int:
 
 def _finish(rules: dict[str, Expr], keep: set[str]) -> dict[str, Expr]:
     """Drop unreachable rules and inline helper rules used once (and not recursive)."""
-    prims = {"ws", "string", "number", "integer", "char", "value", "object", "array"}
+    prims = {"ws", "string", "number", "integer", "char", "unicode-escape", "value", "object",
+             "array"}
     rules = dict(rules)
     while True:
         live = _reachable(rules, "root")
@@ -822,7 +864,8 @@ def _finish(rules: dict[str, Expr], keep: set[str]) -> dict[str, Expr]:
         for body in rules.values():
             counts.update(iter_refs(body))
         inline = {name for name, n in counts.items()
-                  if n == 1 and name not in keep and name not in prims and name != "root"
+                  if (n == 1 or isinstance(rules[name], Ref | Literal) and name not in keep)
+                  and name not in keep and name not in prims and name != "root"
                   and not name.startswith(("value-d", "object-d", "array-d"))
                   and name not in _reachable_from_body(rules, name)}
         if not inline:

@@ -23,18 +23,20 @@ from formcast.grammar.ir import (
     Repeat,
     Seq,
     choice,
+    merge_ranges,
     repeat,
     seq,
     star,
 )
-from formcast.grammar.json_text import ANY_CODEPOINT, char_forms, string_content
+from formcast.grammar.json_text import ANY_CODEPOINT, string_content
 from formcast.grammar.regex import regex_to_expr
 
 ANY_CHAR = CharSet(ANY_CODEPOINT)
 
 
-def json_spelled(expr: Expr) -> Expr:
-    """Map a character-level expression to the JSON string text that spells its strings."""
+def json_spelled(expr: Expr, label: Callable[[tuple[tuple[int, int], ...]], Expr]) -> Expr:
+    """Map a character-level expression to the JSON string text that spells its strings;
+    ``label`` spells one character of a set (``json_text.char_forms``)."""
     memo: dict[int, Expr] = {}
 
     def walk(e: Expr) -> Expr:
@@ -42,13 +44,13 @@ def json_spelled(expr: Expr) -> Expr:
         if got is not None:
             return got
         if isinstance(e, CharSet):
-            out = char_forms(e.codepoint_ranges())
+            out = label(e.codepoint_ranges())
         elif isinstance(e, Literal):
             out = string_content(e.data.decode("utf-8"))
         elif isinstance(e, ByteSet):
             if any(hi > 0x7F for _, hi in e.ranges):
                 raise charfa.NotCharacterLevel("byte sets beyond ASCII")
-            out = char_forms(e.ranges)
+            out = label(merge_ranges(e.ranges))
         elif isinstance(e, Seq):
             out = seq(*(walk(x) for x in e.items))
         elif isinstance(e, Choice):
@@ -111,7 +113,7 @@ def combine(constraints: Sequence[Constraint], *, label: Callable, rules: dict[s
     if not constraints:
         return star(label(ANY_CODEPOINT))
     if len(constraints) == 1:
-        return json_spelled(constraints[0].expr)
+        return json_spelled(constraints[0].expr, label)
     try:
         dfa = charfa.language_of(c.expr for c in constraints)
         return charfa.to_expr(dfa, label, rules, prefix)
@@ -121,4 +123,4 @@ def combine(constraints: Sequence[Constraint], *, label: Callable, rules: dict[s
             for pointer, keyword in c.sources:
                 report(pointer, keyword, f"{keyword} cannot be combined with {kept} in one "
                        f"automaton of reasonable size; only {kept} is enforced")
-        return json_spelled(constraints[0].expr)
+        return json_spelled(constraints[0].expr, label)

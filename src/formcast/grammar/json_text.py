@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from functools import lru_cache
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from formcast.errors import SchemaError
@@ -142,8 +142,12 @@ def hex4_ranges(ranges: Iterable[tuple[int, int]]) -> Expr:
 # ----------------------------------------------------------------------------- characters
 
 
-def char_forms(ranges: Iterable[tuple[int, int]]) -> Expr:
-    """The JSON string spellings of one character from ``ranges`` (see the module docstring)."""
+def char_forms(ranges: Iterable[tuple[int, int]], u_all: Expr | None = None) -> Expr:
+    """The JSON string spellings of one character from ``ranges`` (see the module docstring).
+
+    ``u_all``, when given, stands for the ``\\u`` escapes of every character that has one
+    (``U_ALL``); it is used when ``ranges`` includes all of them, to keep grammars small.
+    """
     cps = intersect_ranges(ranges, ANY_CODEPOINT)
     if not cps:
         return NOTHING
@@ -157,14 +161,17 @@ def char_forms(ranges: Iterable[tuple[int, int]]) -> Expr:
         letters = [SHORT_ESCAPES[c] for c in short]
         escaped.append(lit(letters[0]) if len(letters) == 1 else chars("".join(letters)))
     uesc = intersect_ranges(cps, U_ESCAPED)
-    u_alts: list[Expr] = []
-    if uesc:
-        u_alts.append(hex4_ranges(uesc))
     astral = intersect_ranges(cps, ASTRAL)
-    if astral:
-        u_alts.append(_surrogate_pairs(astral))
-    if u_alts:
-        escaped.append(seq(lit("u"), choice(*u_alts)))
+    if u_all is not None and uesc == U_ESCAPED and astral == ASTRAL:
+        escaped.append(u_all)
+    else:
+        u_alts: list[Expr] = []
+        if uesc:
+            u_alts.append(hex4_ranges(uesc))
+        if astral:
+            u_alts.append(_surrogate_pairs(astral))
+        if u_alts:
+            escaped.append(seq(lit("u"), choice(*u_alts)))
     if escaped:
         alts.append(seq(lit("\\"), choice(*escaped)))
     return choice(*alts)
@@ -195,13 +202,14 @@ def _pair(h1: int, h2: int, l1: int, l2: int) -> Expr:
     return seq(fixed_width_range(h1, h2, 4, 16), lit("\\u"), fixed_width_range(l1, l2, 4, 16))
 
 
+U_ALL: Expr = seq(lit("u"), choice(hex4_ranges(U_ESCAPED), _surrogate_pairs(ASTRAL)))
 ANY_CHAR_FORMS: Expr = char_forms(ANY_CODEPOINT)
 
 
 @lru_cache(maxsize=4096)
-def char_forms_cached(ranges: Ranges) -> Expr:
+def char_forms_cached(ranges: Ranges, u_all: Expr | None = None) -> Expr:
     """``char_forms`` memoised (automaton labels repeat a lot)."""
-    return char_forms(ranges)
+    return char_forms(ranges, u_all)
 
 
 def string_content(text: str) -> Expr:
