@@ -21,7 +21,32 @@ from formcast.runtime.base import GenerationResult
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
-    raise FormcastError("compile is not implemented yet")
+    """Print the grammar as GBNF on stdout and the compile report on stderr."""
+    from formcast.errors import SchemaError, SchemaSyntaxError
+    from formcast.grammar.ir import Grammar
+    from formcast.grammar.json_schema import compile_json_schema, load_schema_text
+
+    if args.schema:
+        schema = load_schema_text(_read_text(args.schema, "schema file"), source=args.schema)
+        try:
+            grammar = compile_json_schema(
+                schema, whitespace=args.whitespace, strict=args.strict, max_depth=args.max_depth,
+                property_order=args.property_order, formats=args.formats)
+        except SchemaSyntaxError:
+            raise
+        except SchemaError as exc:
+            raise FormcastError(f"{args.schema}: {exc}") from None
+    elif args.gbnf:
+        grammar = Grammar.from_gbnf(_read_text(args.gbnf, "GBNF file"))
+    else:
+        grammar = Grammar.from_regex(args.regex)
+    sys.stdout.write(grammar.to_gbnf())
+    sys.stdout.flush()
+    report = grammar.report
+    if report is not None and not args.quiet:
+        text = json.dumps(report.to_dict(), indent=2) if args.report_json else report.format()
+        print(text, file=sys.stderr)
+    return 0
 
 
 # ----------------------------------------------------------------------------- generate
@@ -100,7 +125,7 @@ def _request_from_args(args: argparse.Namespace) -> GenerationRequest:
         schema = _load_schema(args.schema)
         messages = schema_messages(schema, task)
         if not args.no_constraint:
-            grammar = Grammar.from_json_schema(schema)
+            grammar = Grammar.from_json_schema(schema, strict=args.strict)
     else:
         messages = plain_messages(task)
         if not args.no_constraint and args.gbnf is not None:
@@ -227,7 +252,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     prompt_path = Path(args.examples) / f"{args.task}.prompt.txt"
     schema = _load_schema(str(schema_path))
     task = _read_text(str(prompt_path), "prompt file")
-    grammar = Grammar.from_json_schema(schema)
+    grammar = Grammar.from_json_schema(schema, strict=False)
     messages = schema_messages(schema, task)
     progress = _Progress()
     runtime = _load_runtime(args.model, progress)
@@ -359,8 +384,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="formcast", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("compile", help="compile a JSON Schema / GBNF / regex and print GBNF + report")
-    p.add_argument("--schema", help="JSON Schema file")
+    p = sub.add_parser("compile", help="compile a JSON Schema / GBNF / regex and print GBNF + report",
+                       description="Prints the grammar as GBNF on stdout and, for a JSON Schema, "
+                       "the compile report (what is enforced, what is left to the validator) on "
+                       "stderr.")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--schema", help="JSON Schema file")
+    source.add_argument("--gbnf", help="GBNF grammar file (printed back normalised)")
+    source.add_argument("--regex", help="regular expression (full match)")
+    p.add_argument("--whitespace", default="flexible",
+                   help="'flexible' (bounded, default), 'compact' (none) or a regex over "
+                        "space/tab/newline")
+    p.add_argument("--max-depth", type=int, default=None,
+                   help="nesting bound for generic JSON values (schema true / untyped)")
+    p.add_argument("--property-order", choices=("schema", "any"), default="schema",
+                   help="'schema' (default) or 'any' (objects of at most 5 properties)")
+    p.add_argument("--formats", choices=("assert", "annotate"), default="assert",
+                   help="enforce known string formats (default) or treat them as annotations")
+    p.add_argument("--strict", action="store_true",
+                   help="fail (exit 2) when some keyword cannot be enforced by the grammar")
+    p.add_argument("--report-json", action="store_true", help="print the report as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="GBNF only, no report")
     p.set_defaults(func=_cmd_compile)
 
     p = sub.add_parser("generate", help="generate constrained output with a local model")
@@ -379,6 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=512, help="token budget (default 512)")
     p.add_argument("--no-constraint", action="store_true",
                    help="generate without the grammar (same prompt), to compare")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse a schema with keywords the grammar cannot enforce")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress and no report")
     p.set_defaults(func=_cmd_generate)
 

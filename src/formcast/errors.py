@@ -140,3 +140,17 @@ class RuleError(FormcastError):
         self.rule = rule
         self.pointer = pointer
         super().__init__(f"rule {rule} at {pointer or '/'}: {message}")
+
+
+class SchemaSyntaxError(SchemaError):
+    """Schema text that is not valid JSON. ``source`` names the file (or ``<schema>``);
+    ``line`` and ``column`` are 1-based."""
+
+    def __init__(self, message: str, *, source: str, line: int, column: int) -> None:
+        self.reason = message
+        self.pointer = ""
+        self.source = source
+        self.line = line
+        self.column = column
+        FormcastError.__init__(self, f"{source} is not valid JSON: {message} at line {line}, "
+                                     f"column {column}")

@@ -122,6 +122,8 @@ def build_object(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
                 continue
             members.append((seq(string_literal(k), c.ws, lit(":"), c.ws, value), required))
         extra = _extra_members(c, parts, named, pattern_dfas, names_dfa, loc)
+    if extra is not None and _big(extra):
+        extra = Ref(c.new_rule(c.rule_base(loc) + "-additional", extra))
 
     if conj.max_props is not None and conj.max_props < conj.min_props:
         return NOTHING

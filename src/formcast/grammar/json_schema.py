@@ -33,7 +33,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import quote
 
-from formcast.errors import FormcastError, GrammarError, SchemaError, UnsupportedSchemaError
+from formcast.errors import (
+    FormcastError,
+    GrammarError,
+    SchemaError,
+    SchemaSyntaxError,
+    UnsupportedSchemaError,
+)
 from formcast.grammar import charfa
 from formcast.grammar.cache import DEFAULT_CACHE, CompileCache, schema_hash
 from formcast.grammar.formats import FORMATS, UNSUPPORTED_FORMATS
@@ -75,6 +81,7 @@ from formcast.grammar.json_strings import (
     Constraint,
     combine,
     format_constraint,
+    json_spelled,
     length_expr,
     pattern_expr,
 )
@@ -128,8 +135,8 @@ def load_schema_text(text: str | bytes, source: str = "<schema>") -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SchemaError(f"{source} is not valid JSON: {exc.msg} at line {exc.lineno}, "
-                          f"column {exc.colno}") from None
+        raise SchemaSyntaxError(exc.msg, source=source, line=exc.lineno,
+                                column=exc.colno) from None
 
 
 def compile_json_schema(schema: Any, *, whitespace: str = "flexible", strict: bool = True,
@@ -762,6 +769,12 @@ class SchemaCompiler:
             if conj.max_len is not None and conj.max_len < conj.min_len:
                 return NOTHING
             return seq(QUOTE, repeat(self.prim("char"), conj.min_len, conj.max_len), QUOTE)
+        if len(cons) == 1 and cons[0].sources[0][1] == "format":
+            name = "format-" + next(n for n, p in conj.formats if p == cons[0].sources[0][0])
+            if name not in self.rules:  # one shared rule per format
+                self.rules[name] = seq(QUOTE, json_spelled(cons[0].expr, self.label), QUOTE)
+                self.keep.add(name)
+            return Ref(name)
         content = combine(cons, label=self.label, rules=self.rules,
                           prefix=self.rule_base(loc) + "-str", report=self.report)
         return seq(QUOTE, content, QUOTE)
