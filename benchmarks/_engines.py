@@ -199,9 +199,9 @@ class FormcastEngine(Engine):
 
     ``Matcher(grammar, vocab)`` compiles the grammar's automaton and memoises the compiled form
     per (grammar, vocabulary); matchers built from it share the mask memo. Every compile first
-    empties the grammar-level caches (compiled grammars, automata, schema compile caches) so it
-    is never served from a previous compile; the per-vocabulary token table is kept, as the
-    peers keep their tokenizer objects.
+    empties the grammar-level caches (compiled grammars, automata, schema compile caches,
+    memoised helpers) so it is never served from a previous compile; the per-vocabulary token
+    table is kept, as the peers keep their tokenizer objects.
     """
 
     name = "formcast"
@@ -237,18 +237,26 @@ class FormcastEngine(Engine):
                 store.clear()
             if not cleared:
                 self.cache_note = " (no way found to clear its compile cache)"
-        for module_name in ("formcast.grammar.json_schema", "formcast.grammar.cache"):
-            module = sys.modules.get(module_name)
-            for value in vars(module).values() if module else ():
+        # Schema compile caches and memoised helper functions (functools caches) too, so a
+        # compile starts from nothing, as the peers' fresh compiles do.
+        for module_name, module in list(sys.modules.items()):
+            if not module_name.startswith("formcast.") or module is None:
+                continue
+            for value in list(vars(module).values()):
                 if type(value).__name__ == "CompileCache" and callable(getattr(value, "clear", None)):
                     value.clear()
+                elif callable(getattr(value, "cache_clear", None)):
+                    value.cache_clear()
 
     def grammar(self, workload: Workload) -> Any:
         if workload.kind == "gbnf":
             return self._grammar_cls.from_gbnf(workload.spec)
         if workload.kind == "regex":
             return self._grammar_cls.from_regex(workload.spec)
-        return self._grammar_cls.from_json_schema(workload.spec, strict=False)
+        try:
+            return self._grammar_cls.from_json_schema(workload.spec, strict=False, cache=None)
+        except TypeError:  # a front end without the ``cache`` option
+            return self._grammar_cls.from_json_schema(workload.spec, strict=False)
 
     def compile(self, workload: Workload) -> Any:
         self.clear_caches()
