@@ -73,6 +73,7 @@ from formcast.grammar.json_conj import (
     expand_types,
     json_key,
     json_type,
+    normalize_types,
 )
 from formcast.grammar.json_numbers import multiple_supported, number_expr
 from formcast.grammar.json_objects import build_object
@@ -543,9 +544,7 @@ class SchemaCompiler:
                 self.report(ptr, "not", "'not integer' on numbers (non-integral numbers only) "
                             "is left to the validator")
                 return True
-            left = current - removed
-            conj.types = set()
-            conj.add_types(left)
+            conj.types = normalize_types(current - removed)
             return bool(conj.types)
         self.report(ptr, "not", "'not' is only compiled for types; the negated schema is left "
                     "to the validator")
