@@ -112,7 +112,7 @@ def test_types_enum_const_boolean_schemas(schema, good, bad) -> None:
 
 TAGS = {"type": "object", "properties": {
     "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-    "id": {"not": {"const": 3}},
+    "id": {"not": {"items": {"type": "string"}}},
 }}
 
 
@@ -129,7 +129,7 @@ def test_report_lists_unenforced_keywords_with_pointers() -> None:
     assert "/properties/tags/uniqueItems" in text and "NOT enforced" in text
     assert report.to_dict()["unenforced"][0]["pointer"] == "/properties/id/not"
     # over-approximation: a duplicate item is still accepted by the grammar
-    assert accepts(g, {"tags": ["a", "a"], "id": 3})
+    assert accepts(g, {"tags": ["a", "a"], "id": ["x"]})
 
 
 def test_strict_raises_once_listing_every_unenforced_keyword() -> None:
@@ -367,9 +367,32 @@ def test_one_of_exact_when_branches_are_disjoint() -> None:
     assert [u.keyword for u in g.report.unenforced] == ["oneOf"]
 
 
-def test_not_and_if_then_else_small_cases() -> None:
+def test_one_of_exact_by_negating_simple_branches() -> None:
+    g = compile_({"oneOf": [{"type": "string"}, {"maxLength": 3}]})
+    assert g.report.exact  # (string AND longer than 3) OR (not a string)
+    assert accepts(g, "abcd") and accepts(g, 5) and accepts(g, None)
+    assert not accepts(g, "ab")
+
+
+def test_not_is_exact_for_simple_schemas() -> None:
     g = compile_({"not": {"type": ["string", "null"]}})
     assert g.report.exact and accepts(g, 1) and not accepts(g, "x")
+    g = compile_({"not": {"enum": [3, "x", True]}})
+    assert g.report.exact
+    assert all(accepts(g, v) for v in (4, 3.5, "y", False, None, [3], {"x": 1}))
+    assert not any(takes(g, t) for t in ("3", "3.0", "3.00", '"x"', "true"))
+    g = compile_({"type": "object", "not": {"required": ["a", "b"]}})
+    assert accepts(g, {"a": 1}) and accepts(g, {}) and not accepts(g, {"a": 1, "b": 2})
+    g = compile_({"type": "string", "not": {"pattern": "^[0-9]+$"}})
+    assert accepts(g, "12a") and not accepts(g, "123")
+
+
+def test_not_and_if_then_else_small_cases() -> None:
+    g = compile_({"if": {"properties": {"kind": {"const": "a"}}, "required": ["kind"]},
+                  "then": {"required": ["x"]}, "else": {"required": ["y"]}})
+    assert g.report.exact
+    assert accepts(g, {"kind": "a", "x": 1}) and accepts(g, {"kind": "b", "y": 1})
+    assert not accepts(g, {"kind": "a", "y": 1}) and not accepts(g, {"y": 2, "kind": "b"})
     g = compile_({"if": {"type": "string"}, "then": {"minLength": 2}, "else": {"type": "integer"}})
     assert g.report.exact
     assert accepts(g, "ab") and accepts(g, 3)

@@ -81,6 +81,13 @@ def normalize_types(types: set[str]) -> set[str]:
 Sub = tuple[Any, Loc]  # a subschema and where it is
 
 
+@dataclass(frozen=True)
+class Negated:
+    """A synthetic subschema meaning NOT ``schema`` (made by negation, never by users)."""
+
+    schema: Any
+
+
 @dataclass
 class ObjectPart:
     """The object keywords of one schema object (they interact, so they stay together)."""
@@ -100,9 +107,10 @@ class ArrayPart:
 
 @dataclass
 class Group:
-    kind: str  # "anyOf" | "oneOf" | "if"
+    kind: str  # "anyOf" | "oneOf" | "if" | "pieces" (a disjunction of conjunctions)
     branches: list[Sub]
     loc: Loc
+    pieces: list[Conj] | None = None
 
 
 @dataclass
@@ -136,11 +144,15 @@ class Conj:
     min_props: int = 0
     max_props: int | None = None
     count_ptrs: list[str] = field(default_factory=list)
+    dependencies: list[tuple[str, list[str], str]] = field(default_factory=list)
     object_issues: list[tuple[str, str, str]] = field(default_factory=list)
     # composition
     groups: list[Group] = field(default_factory=list)
     nots: list[Sub] = field(default_factory=list)
     inlined: set[str] = field(default_factory=set)  # $ref targets merged in at this position
+    # produced by negation (json_negate), never by a keyword directly
+    string_dfas: list[Any] = field(default_factory=list)  # charfa.DFA the string must match
+    excluded_numbers: list[Decimal] = field(default_factory=list)
 
     def clone(self) -> Conj:
         out = copy.copy(self)
@@ -158,6 +170,34 @@ class Conj:
             if value != getattr(blank, name):
                 return True
         return False
+
+    def merge(self, other: Conj) -> None:
+        """Add every constraint of ``other`` (the conjunction of both)."""
+        if other.types is not None:
+            self.add_types(other.types)
+        if other.values is not None:
+            self.add_values(other.values)
+        self.false = self.false or other.false
+        if other.low is not None:
+            Accumulator._low(self, *other.low)
+        if other.high is not None:
+            Accumulator._high(self, *other.high)
+        self.min_len = max(self.min_len, other.min_len)
+        self.min_items = max(self.min_items, other.min_items)
+        self.min_props = max(self.min_props, other.min_props)
+        for name in ("max_len", "max_items", "max_props"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if theirs is not None:
+                setattr(self, name, theirs if mine is None else min(mine, theirs))
+        for name in ("sources", "issues", "seen", "multiples", "length_ptrs", "patterns",
+                     "formats", "arrays", "unique", "contains", "objects", "property_names",
+                     "count_ptrs", "dependencies", "object_issues", "groups", "nots",
+                     "string_dfas", "excluded_numbers"):
+            getattr(self, name).extend(getattr(other, name))
+        for name in other.required:
+            if name not in self.required:
+                self.required.append(name)
+        self.inlined |= other.inlined
 
     def add_types(self, types: set[str]) -> None:
         if self.types is None:
@@ -194,6 +234,9 @@ class Accumulator:
         self.unknown: set[str] = set()
 
     def add(self, conj: Conj, schema: Any, loc: Loc, stack: tuple[str, ...] = ()) -> None:
+        if isinstance(schema, Negated):
+            conj.nots.append((schema.schema, loc))
+            return
         if schema is True:
             return
         if schema is False:
@@ -466,10 +509,12 @@ class Accumulator:
         conj.count_ptrs.append(ptr)
 
     def _kw_dependentRequired(self, conj, value, schema, loc, ptr, stack) -> None:
-        if isinstance(value, dict) and any(value.values()):
-            conj.object_issues.append((ptr, "dependentRequired",
-                                       "dependentRequired (a property requiring others) is left "
-                                       "to the validator"))
+        if not isinstance(value, dict) or not all(
+                isinstance(v, list) and all(isinstance(x, str) for x in v) for v in value.values()):
+            raise SchemaError("dependentRequired must map names to arrays of names", pointer=ptr)
+        for key, needed in value.items():
+            if needed:
+                conj.dependencies.append((key, list(needed), ptr))
 
     def _kw_dependentSchemas(self, conj, value, schema, loc, ptr, stack) -> None:
         if isinstance(value, dict) and any(v is not True for v in value.values()):
@@ -478,9 +523,16 @@ class Accumulator:
                                        "present) is left to the validator"))
 
     def _kw_dependencies(self, conj, value, schema, loc, ptr, stack) -> None:
-        if isinstance(value, dict) and value:
-            conj.object_issues.append((ptr, "dependencies",
-                                       "dependencies is left to the validator"))
+        if not isinstance(value, dict):
+            raise SchemaError("dependencies must be an object", pointer=ptr)
+        for key, dep in value.items():  # draft 7: an array is dependentRequired
+            if isinstance(dep, list) and all(isinstance(x, str) for x in dep):
+                if dep:
+                    conj.dependencies.append((key, list(dep), ptr))
+            elif dep is not True and dep != {}:
+                conj.object_issues.append((join_pointer(ptr, key), "dependencies",
+                                           "a schema dependency (applying when a property is "
+                                           "present) is left to the validator"))
 
     def _kw_unevaluatedProperties(self, conj, value, schema, loc, ptr, stack) -> None:
         sub = Conj()

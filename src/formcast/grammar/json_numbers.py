@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from decimal import Decimal
 
 from formcast.grammar import charfa
-from formcast.grammar.ir import CharSet, Expr, lit
-from formcast.grammar.json_text import GENERIC_INTEGER, GENERIC_NUMBER
+from formcast.grammar.ir import CharSet, Expr, choice, lit, opt, plus, seq, star
+from formcast.grammar.json_text import GENERIC_INTEGER, GENERIC_NUMBER, plain_decimal
 
 MAX_MODULUS = 1000
 MAX_SCALE = 30
@@ -99,18 +99,33 @@ class _Bound:
 
 def number_expr(*, integer: bool, low: Decimal | None = None, low_exclusive: bool = False,
                 high: Decimal | None = None, high_exclusive: bool = False,
-                multiples: Sequence[Decimal] = (), rules: dict[str, Expr] | None = None,
-                prefix: str = "num") -> Expr:
+                multiples: Sequence[Decimal] = (), excluded: Sequence[Decimal] = (),
+                rules: dict[str, Expr] | None = None, prefix: str = "num") -> Expr:
     """The JSON numbers (integers when ``integer``) within the bounds and multiples given.
 
     ``rules`` receives helper rules when the automaton has cycles that do not fit in one
     expression (large moduli); they are named ``{prefix}-{n}``.
     """
-    if low is None and high is None and not multiples:
+    if low is None and high is None and not multiples and not excluded:
         return GENERIC_INTEGER if integer else GENERIC_NUMBER
     dfa = number_dfa(integer=integer, low=low, low_exclusive=low_exclusive, high=high,
                      high_exclusive=high_exclusive, multiples=multiples)
+    if excluded:
+        dfa = charfa.difference(dfa, _spellings(excluded))
     return charfa.to_expr(dfa, _ascii_label, rules if rules is not None else {}, prefix)
+
+
+def _spellings(values: Sequence[Decimal]) -> charfa.DFA:
+    """Every plain spelling of each value (trailing fraction zeros included)."""
+    alts = []
+    for v in values:
+        text = plain_decimal(v)
+        zeros = star(lit("0"))
+        if "." in text:
+            alts.append(seq(lit(text), zeros))
+        else:
+            alts.append(seq(lit(text), opt(seq(lit("."), plus(lit("0"))))))
+    return charfa.minimize(charfa.from_expr(choice(*alts)))
 
 
 def _ascii_label(ranges: tuple[tuple[int, int], ...]) -> Expr:

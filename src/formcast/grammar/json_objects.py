@@ -55,7 +55,7 @@ def build_object(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
     """The grammar of the objects ``conj`` allows."""
     for issue in conj.object_issues:
         c.report(*issue)
-    if (not conj.objects and not conj.required and not conj.property_names
+    if (not conj.objects and not conj.required and not conj.property_names and not conj.dependencies
             and conj.min_props == 0 and conj.max_props is None):
         return c.prim("object")
     parts = conj.objects
@@ -81,8 +81,9 @@ def build_object(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
                 pattern_dfas[pat] = dfa
         if not ok:
             ptr = join_pointer(part.loc.pointer, "patternProperties")
-            c.report(ptr, "patternProperties", "a pattern uses lookaround or backreferences; "
-                     "patternProperties and additionalProperties here are left to the validator")
+            c.report(ptr, "patternProperties", "a pattern uses a regex feature that is not "
+                     "compiled (lookaround, backreference, property escape); patternProperties "
+                     "and additionalProperties here are left to the validator")
             if part.additional is not None:
                 c.report(join_pointer(part.loc.pointer, "additionalProperties"),
                          "additionalProperties", "depends on a pattern that is not compiled")
@@ -98,8 +99,13 @@ def build_object(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
     for k in conj.required:
         if k not in named:
             named.append(k)
+    for k, needed, _ in conj.dependencies:  # dependentRequired: the keys become named too
+        for name in (k, *needed):
+            if name not in named:
+                named.append(name)
 
     members: list[tuple[Expr, bool]] = []
+    member_names: list[str] = []
     with c.consuming():
         for k in named:
             required = k in conj.required
@@ -121,7 +127,15 @@ def build_object(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
                     return NOTHING
                 continue
             members.append((seq(string_literal(k), c.ws, lit(":"), c.ws, value), required))
+            member_names.append(k)
         extra = _extra_members(c, parts, named, pattern_dfas, names_dfa, loc)
+    deps = _dependencies(conj, member_names)
+    if deps is None:
+        return NOTHING
+    for i in [i for i, needed in deps.items() if needed is None]:
+        if members[i][1]:
+            return NOTHING  # a required key that needs a key that cannot appear
+        members[i] = (NOTHING, False)
     if extra is not None and _big(extra):
         extra = Ref(c.new_rule(c.rule_base(loc) + "-additional", extra))
 
@@ -136,8 +150,24 @@ def build_object(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
         c.note("object properties are generated in the order of 'properties' (then keys that "
                "are only 'required', then any other keys)")
     body = _members(c, members, extra, conj.min_props, conj.max_props, any_order,
-                    c.rule_base(loc) + "-m")
+                    c.rule_base(loc) + "-m", {i: d for i, d in deps.items() if d is not None})
     return seq(lit("{"), c.ws, body, lit("}"))
+
+
+def _dependencies(conj: Conj, member_names: list[str]) -> dict[int, frozenset[int] | None] | None:
+    """``dependentRequired`` as member indices: key index -> indices it needs (None when a
+    needed key cannot appear at all, so the key cannot either)."""
+    index = {k: i for i, k in enumerate(member_names)}
+    out: dict[int, frozenset[int] | None] = {}
+    for key, needed, _ in conj.dependencies:
+        if key not in index:
+            continue  # the key itself cannot appear: nothing to enforce
+        i = index[key]
+        if any(n not in index for n in needed):
+            out[i] = None
+        elif out.get(i, frozenset()) is not None:
+            out[i] = (out.get(i) or frozenset()) | frozenset(index[n] for n in needed if n != key)
+    return out
 
 
 def _property_names(c: SchemaCompiler, conj: Conj) -> charfa.DFA | None | str:
@@ -215,9 +245,12 @@ def _class_key(c: SchemaCompiler, pats: list[str], in_class: set[str],
 
 
 def _members(c: SchemaCompiler, members: list[tuple[Expr, bool]], extra: Expr | None,
-             min_p: int, max_p: int | None, any_order: bool, prefix: str) -> Expr:
+             min_p: int, max_p: int | None, any_order: bool, prefix: str,
+             deps: dict[int, frozenset[int]] | None = None) -> Expr:
     """What goes between ``{ ws`` and ``}``: each member is followed by ``ws``, and every
-    member after the first is preceded by ``, ws`` (so the empty object is ``{ ws }``)."""
+    member after the first is preceded by ``, ws`` (so the empty object is ``{ ws }``).
+    ``deps`` maps a member to the members that must be present when it is."""
+    deps = {i: d for i, d in (deps or {}).items() if d}
     ws = c.ws
     comma = seq(lit(","), ws)
     n = len(members)
@@ -235,7 +268,7 @@ def _members(c: SchemaCompiler, members: list[tuple[Expr, bool]], extra: Expr | 
         body = seq(extra, ws, repeat(more, max(lo - 1, 0), None if hi is None else hi - 1))
         return body if lo > 0 else opt(body)
 
-    if not any_order and min_p == 0 and max_p is None:
+    if not any_order and min_p == 0 and max_p is None and not deps:
         # The common case needs no counting: a readable nesting, quadratic at worst.
         def after(i: int) -> Expr:
             items = [seq(comma, m, ws) if req else opt(seq(comma, m, ws))
@@ -265,25 +298,32 @@ def _members(c: SchemaCompiler, members: list[tuple[Expr, bool]], extra: Expr | 
             for j, (m, _) in enumerate(members):
                 if j not in done and (max_p is None or k < max_p):
                     out.append((seq(sep(started), m, ws), (done | {j}, True)))
-            if required <= done:
+            if required <= done and all(deps[j] <= done for j in done if j in deps):
                 out.append((extras(k, started), None))
             return out
 
         start: Hashable = (frozenset(), False)
     else:
+        relevant = set(deps) | {j for d in deps.values() for j in d}
+
         def moves(state: Hashable) -> list[tuple[Expr, Hashable | None]]:
-            i, k, started = state  # type: ignore[misc]
+            # present: relevant members seen so far; owed: later members some present one needs
+            i, k, started, present, owed = state  # type: ignore[misc]
             if i == n:
-                return [(extras(k, started), None)]
+                return [] if owed else [(extras(k, started), None)]
             m, req = members[i]
             out: list[tuple[Expr, Hashable | None]] = []
-            if max_p is None or k < max_p:
-                out.append((seq(sep(started), m, ws), (i + 1, min(k + 1, cap), True)))
-            if not req:
-                out.append((EMPTY, (i + 1, k, started)))
+            needs = deps.get(i, frozenset())
+            if (max_p is None or k < max_p) and all(j in present for j in needs if j < i):
+                now = present | {i} if i in relevant else present
+                out.append((seq(sep(started), m, ws),
+                            (i + 1, min(k + 1, cap), True, now,
+                             (owed - {i}) | frozenset(j for j in needs if j > i))))
+            if not req and i not in owed:
+                out.append((EMPTY, (i + 1, k, started, present, owed)))
             return out
 
-        start = (0, 0, False)
+        start = (0, 0, False, frozenset(), frozenset())
     return _emit_graph(c, start, moves, prefix)
 
 

@@ -25,6 +25,16 @@ SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "depen
                "dependencies"}
 
 
+def resolve_uri(base: str, ref: str) -> str:
+    """``ref`` resolved against ``base`` (RFC 3986), including bases like ``urn:uuid:...`` that
+    ``urljoin`` leaves alone: a fragment-only reference keeps the base document."""
+    if ref.startswith("#"):
+        return urldefrag(base)[0] + ref
+    if ":" in ref.split("/", 1)[0]:  # has a scheme: absolute
+        return ref
+    return urljoin(base, ref)
+
+
 def escape_token(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
@@ -64,7 +74,7 @@ class SchemaIndex:
         self.anchors: dict[str, str] = {}  # absolute URI#anchor -> pointer
         base = DEFAULT_BASE
         if isinstance(root, dict) and isinstance(root.get("$id"), str):
-            base = urldefrag(urljoin(DEFAULT_BASE, root["$id"]))[0]
+            base = urldefrag(resolve_uri(DEFAULT_BASE, root["$id"]))[0]
         self.root_base = base
         self.resources[DEFAULT_BASE] = ""
         self._walk(root, "", base, set())
@@ -74,7 +84,7 @@ class SchemaIndex:
             return
         seen.add(id(node))
         if isinstance(node.get("$id"), str):
-            uri = urldefrag(urljoin(base, node["$id"]))[0]
+            uri = urldefrag(resolve_uri(base, node["$id"]))[0]
             base = uri
             self.resources.setdefault(uri, pointer)
         for key in ("$anchor", "$dynamicAnchor"):
@@ -95,12 +105,12 @@ class SchemaIndex:
         """The location of ``node``, found at ``tokens`` below ``loc``."""
         base = loc.base
         if isinstance(node, dict) and isinstance(node.get("$id"), str):
-            base = urldefrag(urljoin(base, node["$id"]))[0]
+            base = urldefrag(resolve_uri(base, node["$id"]))[0]
         return Loc(join_pointer(loc.pointer, *tokens), base)
 
     def resolve(self, ref: str, base: str) -> str | None:
         """The root pointer ``ref`` names, or None when it points outside this document."""
-        full = urljoin(base, ref)
+        full = resolve_uri(base, ref)
         doc, frag = urldefrag(full)
         if doc not in self.resources:
             if doc == self.root_base:
@@ -139,5 +149,5 @@ class SchemaIndex:
             else:
                 raise SchemaError(f"$ref target {pointer!r} does not exist", pointer=pointer)
             if isinstance(node, dict) and isinstance(node.get("$id"), str):
-                base = urldefrag(urljoin(base, node["$id"]))[0]
+                base = urldefrag(resolve_uri(base, node["$id"]))[0]
         return Loc(pointer, base)

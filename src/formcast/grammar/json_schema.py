@@ -69,12 +69,13 @@ from formcast.grammar.json_conj import (
     Accumulator,
     Conj,
     Group,
+    Negated,
     Sub,
     expand_types,
     json_key,
     json_type,
-    normalize_types,
 )
+from formcast.grammar.json_negate import negate
 from formcast.grammar.json_numbers import multiple_supported, number_expr
 from formcast.grammar.json_objects import build_object
 from formcast.grammar.json_refs import Loc, SchemaIndex, join_pointer, split_pointer
@@ -95,6 +96,7 @@ from formcast.grammar.json_text import (
     U_ALL,
     char_forms,
     char_forms_cached,
+    to_decimal,
     value_literal,
 )
 from formcast.grammar.regex import regex_to_expr
@@ -362,7 +364,7 @@ class SchemaCompiler:
         if pattern not in self._pattern_dfas:
             expr = pattern_expr(pattern, pointer)
             dfa = None
-            if expr is not None:
+            if not isinstance(expr, str):
                 try:
                     dfa = charfa.minimize(charfa.from_expr(expr))
                 except (charfa.AutomatonTooLarge, charfa.NotCharacterLevel):
@@ -396,10 +398,13 @@ class SchemaCompiler:
         if conj.types is not None and "string" not in conj.types:
             return "none"
         cons = self._string_constraints(conj)
-        if not cons:
+        if not cons and not conj.string_dfas:
             return None
         try:
-            return charfa.language_of(c.expr for c in cons)
+            dfa = charfa.language_of(c.expr for c in cons)
+            for extra in conj.string_dfas:
+                dfa = charfa.intersect(dfa, extra)
+            return dfa
         except (charfa.AutomatonTooLarge, charfa.NotCharacterLevel):
             for c in cons:
                 for ptr, kw in c.sources:
@@ -436,6 +441,10 @@ class SchemaCompiler:
             return self.any_value()
         if schema is False:
             return NOTHING
+        if isinstance(schema, Negated):
+            conj = Conj()
+            self.acc.add(conj, schema, loc)
+            return self.compile_conj(conj, loc)
         if not isinstance(schema, dict):
             raise SchemaError("a schema must be an object or a boolean", pointer=loc.pointer)
         if self._ref_only(schema):
@@ -485,7 +494,8 @@ class SchemaCompiler:
         first = subs[0][0]
         if len(subs) == 1 and (first is False or (isinstance(first, dict) and self._ref_only(first))):
             return self.compile_node(*subs[0])
-        key = tuple(loc.pointer for _, loc in subs)
+        key = tuple(("not:" if isinstance(sub, Negated) else "") + loc.pointer
+                    for sub, loc in subs)
         name = self.node_rules.get(key)
         if name is not None:
             if name in self.open:
@@ -522,7 +532,8 @@ class SchemaCompiler:
             return self._finite(conj)
         for issue in conj.issues:
             self.report(*issue)
-        for sub, sub_loc in conj.nots:
+        nots, conj.nots = conj.nots, []
+        for sub, sub_loc in nots:
             if not self._apply_not(conj, sub, sub_loc):
                 return NOTHING
         if conj.groups:
@@ -530,32 +541,32 @@ class SchemaCompiler:
         return self._build(conj, loc)
 
     def _apply_not(self, conj: Conj, sub: Any, sub_loc: Loc) -> bool:
-        """Fold ``not`` into the conjunction where exact; False when nothing can pass."""
-        ptr = sub_loc.pointer  # .../not
-        if sub is True or (isinstance(sub, dict) and not any(k in CONSTRAINTS for k in sub)):
-            return False
-        if sub is False:
+        """Fold ``not`` into the conjunction (as a disjunction of the negated schema's failure
+        sets) where exact; False when nothing can pass."""
+        pieces = negate(self, sub, sub_loc)
+        if pieces is None:
+            self.report(sub_loc.pointer, "not", "'not' is compiled for schemas of types, "
+                        "values, bounds, lengths, patterns, required and counts; this one is "
+                        "left to the validator")
             return True
-        if isinstance(sub, dict) and set(k for k in sub if k in CONSTRAINTS) == {"type"}:
-            t = sub["type"]
-            removed = expand_types({t} if isinstance(t, str) else set(t))
-            current = expand_types(set(conj.types) if conj.types is not None else set(ALL_TYPES))
-            if "integer" in removed and "number" not in removed and "number" in current:
-                self.report(ptr, "not", "'not integer' on numbers (non-integral numbers only) "
-                            "is left to the validator")
-                return True
-            conj.types = normalize_types(current - removed)
-            return bool(conj.types)
-        self.report(ptr, "not", "'not' is only compiled for types; the negated schema is left "
-                    "to the validator")
+        if not pieces:
+            return False
+        if len(pieces) == 1:
+            conj.merge(pieces[0])
+        else:
+            conj.groups.append(Group("pieces", [], sub_loc, pieces))
         return True
 
     def _finite(self, conj: Conj) -> Expr:
         assert conj.values is not None
         keep = []
         for v in conj.values:
-            ok = self._valid(v, conj)
-            if ok:
+            if isinstance(v, str) and not all(d.accepts(v) for d in conj.string_dfas):
+                continue
+            if json_type(v) in ("number", "integer") and any(
+                    to_decimal(v) == x for x in conj.excluded_numbers):
+                continue
+            if self._valid(v, conj):
                 keep.append(v)
         limit = 5 if self.options.property_order == "any" else 0
         return choice(*(value_literal(v, self.ws, limit) for v in keep)) if keep else NOTHING
@@ -594,7 +605,7 @@ class SchemaCompiler:
     def _distribute(self, conj: Conj, loc: Loc) -> Expr:
         product = 1
         for i, g in enumerate(conj.groups):
-            product *= len(g.branches)
+            product *= len(g.pieces) if g.pieces is not None else len(g.branches)
             if product > MAX_BRANCH_PRODUCT:
                 for late in conj.groups[i:]:
                     self.report(join_pointer(late.loc.pointer, late.kind), late.kind,
@@ -611,7 +622,12 @@ class SchemaCompiler:
         rest.issues = []
         if group.kind == "if":
             return self._if_then_else(rest, group, loc)
+        if group.pieces is not None:
+            return choice(*(self._with(rest, piece, loc) for piece in group.pieces))
         if group.kind == "oneOf" and not self._disjoint(group.branches):
+            exact = self._exactly_one(rest, group, loc)
+            if exact is not None:
+                return exact
             self.report(join_pointer(group.loc.pointer, "oneOf"), "oneOf",
                         "oneOf is compiled as anyOf: its branches may overlap, so 'exactly one' "
                         "is left to the validator")
@@ -626,21 +642,56 @@ class SchemaCompiler:
                 alts.append(self.compile_conj(branch, loc))
         return choice(*alts)
 
+    def _with(self, rest: Conj, piece: Conj, loc: Loc) -> Expr:
+        branch = rest.clone()
+        branch.merge(piece)
+        return self.compile_conj(branch, loc)
+
+    def _exactly_one(self, rest: Conj, group: Group, loc: Loc) -> Expr | None:
+        """oneOf as the OR over i of (branch i AND NOT every other branch), when every branch
+        can be negated and the expansion stays small; None otherwise."""
+        negations = [negate(self, sub, sub_loc) for sub, sub_loc in group.branches]
+        if any(n is None for n in negations):
+            return None
+        alternatives: list[Expr] = []
+        total = 0
+        stack = tuple(sorted(rest.inlined))
+        for i, (sub, sub_loc) in enumerate(group.branches):
+            combos: list[list[Conj]] = [[]]
+            for j, neg in enumerate(negations):
+                if j != i:
+                    assert neg is not None
+                    combos = [combo + [p] for combo in combos for p in neg]
+            total += len(combos)
+            if total > MAX_BRANCH_PRODUCT:
+                return None
+            for combo in combos:
+                branch = rest.clone()
+                self.acc.add(branch, sub, sub_loc, (sub_loc.pointer, *stack))
+                for piece in combo:
+                    branch.merge(piece)
+                alternatives.append(self.compile_conj(branch, loc))
+        return choice(*alternatives)
+
     def _if_then_else(self, rest: Conj, group: Group, loc: Loc) -> Expr:
         (cond, cond_loc), (then, then_loc), (other, other_loc) = group.branches
-        yes, no = rest.clone(), rest.clone()
-        exact = False
-        if isinstance(cond, dict) and set(k for k in cond if k in CONSTRAINTS) == {"type"}:
-            t = cond["type"]
-            kinds = expand_types({t} if isinstance(t, str) else set(t))
-            if not ("integer" in kinds and "number" not in kinds):
-                yes.add_types(kinds)
-                no.add_types(set(ALL_TYPES) - kinds)
-                exact = True
-        if not exact:
-            self.report(cond_loc.pointer, "if", "if/then/else: the grammar accepts values that "
-                        "satisfy 'then' or 'else' without checking the condition")
         stack = tuple(sorted(rest.inlined))
+        failing = negate(self, cond, cond_loc)
+        if failing is not None:  # exact: (if AND then) OR (NOT if AND else)
+            yes = rest.clone()
+            self.acc.add(yes, cond, cond_loc, (cond_loc.pointer, *stack))
+            self.acc.add(yes, then, then_loc, (then_loc.pointer, *stack))
+            alts = [self.compile_conj(yes, loc)]
+            for piece in failing:
+                no = rest.clone()
+                no.merge(piece)
+                self.acc.add(no, other, other_loc, (other_loc.pointer, *stack))
+                alts.append(self.compile_conj(no, loc))
+            return choice(*alts)
+        yes, no = rest.clone(), rest.clone()
+        self.report(cond_loc.pointer, "if", "if/then/else: the condition is not compiled (it uses "
+                    "keywords without a simple negation); the grammar accepts values that satisfy "
+                    "'then' or 'else'")
         self.acc.add(yes, then, then_loc, (then_loc.pointer, *stack))
         self.acc.add(no, other, other_loc, (other_loc.pointer, *stack))
         return choice(self.compile_conj(yes, loc), self.compile_conj(no, loc))
@@ -711,22 +762,26 @@ class SchemaCompiler:
                             "digit automaton (numerator at most 1000)")
         low = conj.low
         high = conj.high
-        if low is None and high is None and not multiples:
+        excluded = conj.excluded_numbers
+        if low is None and high is None and not multiples and not excluded:
             return self.prim("integer" if integer else "number")
         prefix = self.rule_base(loc) + "-num"
+
+        def build(with_multiples: bool) -> Expr:
+            return number_expr(integer=integer, low=low and low[0],
+                               low_exclusive=bool(low and low[1]), high=high and high[0],
+                               high_exclusive=bool(high and high[1]),
+                               multiples=[m for m, _ in multiples] if with_multiples else [],
+                               excluded=excluded, rules=self.rules, prefix=prefix)
+
         try:
-            expr = number_expr(integer=integer, low=low and low[0], low_exclusive=bool(low and low[1]),
-                               high=high and high[0], high_exclusive=bool(high and high[1]),
-                               multiples=[m for m, _ in multiples], rules=self.rules, prefix=prefix)
+            expr = build(True)
         except charfa.AutomatonTooLarge:
             for _, ptr in multiples:
                 self.report(ptr, "multipleOf", "multipleOf together with the bounds makes an "
                             "automaton too large to compile")
-            expr = number_expr(integer=integer, low=low and low[0],
-                               low_exclusive=bool(low and low[1]), high=high and high[0],
-                               high_exclusive=bool(high and high[1]), rules=self.rules,
-                               prefix=prefix)
-        if low is not None or high is not None or multiples:
+            expr = build(False)
+        if low is not None or high is not None or multiples or excluded:
             self.note("constrained numbers are written without exponent, integers without "
                       "fraction (every value keeps that spelling)")
         return expr
@@ -745,25 +800,35 @@ class SchemaCompiler:
                               "annotation")
         for pattern, ptr in conj.patterns:
             expr = pattern_expr(pattern, ptr)
-            if expr is None:
-                self.report(ptr, "pattern", f"pattern {pattern!r} uses lookaround or "
-                            "backreferences, which no grammar can express")
+            if isinstance(expr, str):
+                self.report(ptr, "pattern", f"pattern {pattern!r} is not compiled: {expr}")
             else:
                 cons.append(Constraint(expr, [(ptr, "pattern")]))
         if conj.min_len or conj.max_len is not None:
+            sources = [(p, p.rsplit("/", 1)[1]) for p in conj.length_ptrs] or [("", "maxLength")]
             if conj.max_len is not None and conj.max_len < conj.min_len:
-                cons.append(Constraint(NOTHING, [(p, p.rsplit("/", 1)[1]) for p in conj.length_ptrs]))
+                cons.append(Constraint(NOTHING, sources))
             else:
-                cons.append(Constraint(length_expr(conj.min_len, conj.max_len),
-                                       [(p, p.rsplit("/", 1)[1]) for p in conj.length_ptrs]))
+                cons.append(Constraint(length_expr(conj.min_len, conj.max_len), sources))
         return cons
 
     def _string(self, conj: Conj, loc: Loc) -> Expr:
         cons = self._string_constraints(conj)
-        if not cons:
+        dfas = conj.string_dfas
+        if not cons and not dfas:
             return self.prim("string")
         self.note("constrained strings spell printable ASCII characters raw (not as \\u "
                   "escapes); other characters may be raw or escaped")
+        if dfas:
+            try:
+                content = combine(cons, label=self.label, rules=self.rules, dfas=dfas,
+                                  prefix=self.rule_base(loc) + "-str", report=self.report)
+            except charfa.AutomatonTooLarge:
+                self.report(loc.pointer, "not", "a negated string constraint makes an automaton "
+                            "too large to compile; it is left to the validator")
+                content = combine(cons, label=self.label, rules=self.rules,
+                                  prefix=self.rule_base(loc) + "-str", report=self.report)
+            return seq(QUOTE, content, QUOTE)
         if len(cons) == 1 and cons[0].sources[0][1] in ("minLength", "maxLength"):
             if conj.max_len is not None and conj.max_len < conj.min_len:
                 return NOTHING

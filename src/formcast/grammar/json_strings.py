@@ -74,13 +74,14 @@ class Constraint:
     sources: list[tuple[str, str]]  # (pointer, keyword) of the keywords that set it
 
 
-def pattern_expr(pattern: str, pointer: str) -> Expr | None:
-    """The search language of a JSON Schema ``pattern``; None when the regex uses a feature no
-    automaton has (lookaround, backreference); a malformed regex is a schema error."""
+def pattern_expr(pattern: str, pointer: str) -> Expr | str:
+    """The search language of a JSON Schema ``pattern``, or the reason it cannot be compiled
+    (lookaround, backreferences, Unicode property escapes); a malformed regex is a schema
+    error."""
     try:
         return regex_to_expr(pattern, search=True)
-    except UnsupportedRegexError:
-        return None
+    except UnsupportedRegexError as exc:
+        return exc.reason
     except RegexSyntaxError as exc:
         raise SchemaError(f"invalid regular expression {pattern!r}: {exc.reason}",
                           pointer=pointer) from None
@@ -104,20 +105,25 @@ def format_constraint(name: str, pointer: str,
 
 
 def combine(constraints: Sequence[Constraint], *, label: Callable, rules: dict[str, Expr],
-            prefix: str, report: Callable[[str, str, str], None]) -> Expr:
+            prefix: str, report: Callable[[str, str, str], None],
+            dfas: Sequence[charfa.DFA] = ()) -> Expr:
     """JSON-spelled contents satisfying every constraint (their intersection).
 
     When the intersection automaton is too large, the first constraint (formats come first,
     then patterns, then lengths) is kept and the others are reported as not enforced.
     """
-    if not constraints:
+    if not constraints and not dfas:
         return star(label(ANY_CODEPOINT))
-    if len(constraints) == 1:
+    if len(constraints) == 1 and not dfas:
         return json_spelled(constraints[0].expr, label)
     try:
         dfa = charfa.language_of(c.expr for c in constraints)
+        for extra in dfas:
+            dfa = charfa.intersect(dfa, extra)
         return charfa.to_expr(dfa, label, rules, prefix)
     except (charfa.AutomatonTooLarge, charfa.NotCharacterLevel):
+        if not constraints:
+            raise
         kept = constraints[0].sources[0][1]
         for c in constraints[1:]:
             for pointer, keyword in c.sources:
