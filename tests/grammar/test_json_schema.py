@@ -256,6 +256,15 @@ def test_items_prefix_items_and_counts() -> None:
     assert accepts(closed, [1]) and accepts(closed, []) and not accepts(closed, [1, 1])
 
 
+def test_contains_counts_matching_items() -> None:
+    g = compile_({"type": "array", "items": {"type": "integer"},
+                  "contains": {"minimum": 10}, "minContains": 2, "maxContains": 3})
+    assert g.report.exact
+    assert accepts(g, [10, 1, 11]) and accepts(g, [1, 10, 2, 10, 3, 10])
+    for bad in [[], [10], [1, 2, 10], [10, 10, 10, 10], [10, 10, "x"]]:
+        assert not accepts(g, bad), bad
+
+
 # ----------------------------------------------------------------------------- strings
 
 

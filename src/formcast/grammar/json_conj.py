@@ -106,6 +106,15 @@ class ArrayPart:
 
 
 @dataclass
+class Contains:
+    schema: Any
+    loc: Loc
+    min: int
+    max: int | None
+    pointer: str  # of the "contains" keyword
+
+
+@dataclass
 class Group:
     kind: str  # "anyOf" | "oneOf" | "if" | "pieces" (a disjunction of conjunctions)
     branches: list[Sub]
@@ -136,7 +145,7 @@ class Conj:
     min_items: int = 0
     max_items: int | None = None
     unique: list[str] = field(default_factory=list)
-    contains: list[str] = field(default_factory=list)
+    contains: list[Contains] = field(default_factory=list)
     # objects
     objects: list[ObjectPart] = field(default_factory=list)
     required: list[str] = field(default_factory=list)
@@ -438,9 +447,14 @@ class Accumulator:
             conj.unique.append(ptr)
 
     def _kw_contains(self, conj, value, schema, loc, ptr, stack) -> None:
-        if schema.get("minContains") == 0 and "maxContains" not in schema:
+        low = schema.get("minContains", 1)
+        high = schema.get("maxContains")
+        if low == 0 and high is None:
             return  # contains with minContains 0 accepts every array
-        conj.contains.append(ptr)
+        conj.contains.append(Contains(value, self.index.child(loc, value, "contains"),
+                                      self._count(low, join_pointer(loc.pointer, "minContains")),
+                                      None if high is None else self._count(
+                                          high, join_pointer(loc.pointer, "maxContains")), ptr))
 
     def _kw_unevaluatedItems(self, conj, value, schema, loc, ptr, stack) -> None:
         # Exact when the schema object's own in-place subtree has no conditional applicators:

@@ -845,15 +845,61 @@ class SchemaCompiler:
 
     # -- arrays
 
+    def _contains(self, conj: Conj, loc: Loc) -> Expr | None:
+        """Arrays whose items are each a match (items AND contains) or a miss (items AND NOT
+        contains), with the number of matches in [minContains, maxContains]."""
+        c = conj.contains[0]
+        misses = negate(self, c.schema, c.loc)
+        if misses is None:
+            return None
+        items = [p.items for p in conj.arrays if p.items is not None]
+        with self.consuming():
+            match = self.compile_subs(items + [(c.schema, c.loc)], c.loc.pointer)
+            miss_alts = []
+            for piece in misses:
+                branch = Conj()
+                for sub, sub_loc in items:
+                    self.acc.add(branch, sub, sub_loc, (sub_loc.pointer,))
+                branch.merge(piece)
+                miss_alts.append(self.compile_conj(branch, c.loc))
+            miss = choice(*miss_alts) if miss_alts else NOTHING
+        if c.max is not None and c.max < c.min:
+            return NOTHING
+        ws = self.ws
+        comma = seq(lit(","), ws)
+        misses_after = star(seq(comma, miss, ws))
+
+        def with_matches(low: int, high: int | None) -> Expr:
+            first = choice(seq(match, ws), seq(miss, ws, misses_after, comma, match, ws))
+            more = repeat(seq(comma, match, ws, misses_after), low - 1,
+                          None if high is None else high - 1)
+            return seq(first, misses_after, more)
+
+        if c.min >= 1:
+            body = with_matches(c.min, c.max)
+        else:
+            body = choice(EMPTY, seq(miss, ws, misses_after),
+                          *([with_matches(1, c.max)] if c.max != 0 else []))
+        return seq(lit("["), ws, body, lit("]"))
+
     def _array(self, conj: Conj, loc: Loc) -> Expr:
         lo, hi = conj.min_items, conj.max_items
         for ptr in conj.unique:
             if hi is None or hi > 1:
                 self.report(ptr, "uniqueItems", "uniqueItems compares items with each other, "
                             "which no grammar can do; left to the validator")
-        for ptr in conj.contains:
-            self.report(ptr, "contains", "contains (some item matches) is left to the validator")
         parts = conj.arrays
+        if conj.contains:
+            counted = None
+            if (len(conj.contains) == 1 and not any(p.prefix for p in parts) and lo == 0
+                    and hi is None):
+                counted = self._contains(conj, loc)
+            if counted is not None:
+                return counted
+            for c in conj.contains:
+                self.report(c.pointer, "contains", "contains (how many items match) is compiled "
+                            "only for a negatable schema without prefixItems or minItems/maxItems;"
+                            " left to the validator")
         if not parts and lo == 0 and hi is None:
             return self.prim("array")
         if hi is not None and hi < lo:
