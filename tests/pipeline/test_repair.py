@@ -44,6 +44,8 @@ FAITHFUL_REPAIRS = [
      '{\n  // the name\n  "a": 1, /* the count */ "b": 2\n}', {"a": 1, "b": 2}, {"remove_comment"}),
     ("missing comma between members",
      '{"a": "x" "b": 2}', {"a": "x", "b": 2}, {"missing_comma"}),
+    ("missing comma between string items",
+     '["x" "y", "z"]', ["x", "y", "z"], {"missing_comma"}),
     ("bare keys",
      '{name: "Bob", age: 3}', {"name": "Bob", "age": 3}, {"quote_key"}),
     ("invalid escape",

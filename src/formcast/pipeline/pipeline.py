@@ -227,8 +227,8 @@ class Pipeline:
             raise FormcastError(f"model must be a Runtime, a callable generator or a model name, "
                                 f"not {type(model).__name__}")
         self.policy = policy or RetryPolicy()
-        self.metrics = metrics or default_metrics()
-        self.grammar_cache = grammar_cache or DEFAULT_CACHE
+        self.metrics = metrics if metrics is not None else default_metrics()
+        self.grammar_cache = grammar_cache if grammar_cache is not None else DEFAULT_CACHE
         self.strict_integers = strict_integers
         self.token_counter = token_counter
         self.system_prompt = system_prompt
@@ -283,8 +283,8 @@ class Pipeline:
         compiled = self.grammar_cache.get(key)
         hit = compiled is not None
         if compiled is None:
-            compiled = self.grammar_cache.get_or_compile(
-                key, lambda: Grammar.from_json_schema(schema, strict=False))
+            compiled = self.grammar_cache.get_or_compile(  # the compiler's own cache is
+                key, lambda: Grammar.from_json_schema(schema, strict=False, cache=None))  # ours
         elapsed_ms = (self.clock() - started) * 1000.0
         return CompiledSchema(schema, digest, validator, compiled, elapsed_ms, hit)
 

@@ -285,7 +285,7 @@ class _TolerantParser:
                          pointer=None, offset=self.base + rest_start, lossy=looks_like_json)
         return value
 
-    def _value(self, depth: int) -> Any:
+    def _value(self, depth: int, *, in_array: bool = False) -> Any:
         if depth > _MAX_DEPTH:
             raise self._fail(f"nesting deeper than {_MAX_DEPTH} levels")
         self._skip_space()
@@ -297,7 +297,7 @@ class _TolerantParser:
         if c == "[":
             return self._array(depth)
         if c in _QUOTE_CLOSERS:
-            return self._string(in_key=False)
+            return self._string(in_key=False, in_array=in_array)
         if c == "-" or c.isdigit():
             return self._number()
         match = _WORD.match(self.s, self.i)
@@ -340,7 +340,7 @@ class _TolerantParser:
 
     # -- strings
 
-    def _string(self, *, in_key: bool) -> str:
+    def _string(self, *, in_key: bool, in_array: bool = False) -> str:
         s = self.s
         opener = s[self.i]
         closer = _QUOTE_CLOSERS[opener]
@@ -364,7 +364,7 @@ class _TolerantParser:
                 self._escape(out, opener)
                 continue
             if c == closer:
-                if self._quote_ends_string(self.i + 1, in_key):
+                if self._quote_ends_string(self.i + 1, in_key, in_array):
                     self.i += 1
                     return "".join(out)
                 self._note("escape_inner_quote", f"escaped a stray {c} inside a string")
@@ -380,7 +380,7 @@ class _TolerantParser:
             out.append(c)
             self.i += 1
 
-    def _quote_ends_string(self, after: int, in_key: bool) -> bool:
+    def _quote_ends_string(self, after: int, in_key: bool, in_array: bool = False) -> bool:
         """Decide whether a closing quote really ends the string, from what follows it."""
         s = self.s
         j = after
@@ -393,8 +393,8 @@ class _TolerantParser:
             return not (nxt.isalnum() or nxt == "_")
         if nxt in ":\uff1a,}]\uff0c" or s.startswith(("//", "/*"), j):
             return True
-        # Two adjacent members with the comma missing: `"a": "x" "b": 1`.
-        return _KEY_AHEAD.match(s, j) is not None
+        # The comma is missing: `"a": "x" "b": 1` between members, `["x" "y"]` between items.
+        return _KEY_AHEAD.match(s, j) is not None or (in_array and nxt in _QUOTE_CLOSERS)
 
     def _escape(self, out: list[str], opener: str) -> None:
         s = self.s
@@ -522,7 +522,7 @@ class _TolerantParser:
             item_start = self.i
             self.path.append(len(result))
             try:
-                result.append(self._value(depth + 1))
+                result.append(self._value(depth + 1, in_array=True))
             except _Truncated:
                 self._drop_incomplete(item_start, "a half-written item")
                 self.path.pop()
