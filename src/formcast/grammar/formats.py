@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from formcast.grammar.ir import Expr, chars, choice, lit, opt, plus, seq
+from formcast.grammar.json_text import union
 from formcast.grammar.regex import regex_to_expr
 
 _DEC_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
@@ -140,7 +141,7 @@ def format_expr(name: str) -> Expr | None:
 
 
 def _time() -> Expr:
-    return choice(regex_to_expr(TIME_NO_LEAP), _leap_seconds())
+    return union([regex_to_expr(TIME_NO_LEAP), _leap_seconds()])
 
 
 def _two(n: int) -> str:
@@ -164,4 +165,4 @@ def _leap_seconds() -> Expr:
             neg = 24 * 60 - diff
             offsets.append(lit(f"-{_two(neg // 60)}:{_two(neg % 60)}"))
         alts.append(seq(lit(f"{_two(local // 60)}:{_two(local % 60)}:60"), frac, choice(*offsets)))
-    return choice(*alts)
+    return union(alts)

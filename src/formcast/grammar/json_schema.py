@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
@@ -42,7 +43,7 @@ from formcast.errors import (
 )
 from formcast.grammar import charfa
 from formcast.grammar.cache import DEFAULT_CACHE, CompileCache, schema_hash
-from formcast.grammar.formats import FORMATS, UNSUPPORTED_FORMATS
+from formcast.grammar.formats import FORMATS, UNSUPPORTED_FORMATS, format_expr
 from formcast.grammar.ir import (
     EMPTY,
     NOTHING,
@@ -97,6 +98,7 @@ from formcast.grammar.json_text import (
     char_forms,
     char_forms_cached,
     to_decimal,
+    union,
     value_literal,
 )
 from formcast.grammar.regex import regex_to_expr
@@ -836,7 +838,8 @@ class SchemaCompiler:
         if len(cons) == 1 and cons[0].sources[0][1] == "format":
             name = "format-" + next(n for n, p in conj.formats if p == cons[0].sources[0][0])
             if name not in self.rules:  # one shared rule per format
-                self.rules[name] = seq(QUOTE, json_spelled(cons[0].expr, self.label), QUOTE)
+                self.prim("unicode-escape")
+                self.rules[name] = _format_body(name[len("format-"):])
                 self.keep.add(name)
             return Ref(name)
         content = combine(cons, label=self.label, rules=self.rules,
@@ -943,6 +946,15 @@ class SchemaCompiler:
         return seq(lit("["), ws, tail(0), lit("]"))
 
 
+@lru_cache(maxsize=64)
+def _format_body(name: str) -> Expr:
+    """The JSON string of a format (shared by every compile: the date-time table is large)."""
+    expr = format_expr(name)
+    assert expr is not None
+    unicode_escape = Ref("unicode-escape")
+    return seq(QUOTE, json_spelled(expr, lambda r: char_forms_cached(r, unicode_escape)), QUOTE)
+
+
 def _sig_disjoint(a: tuple, b: tuple) -> bool:
     ta, va, da = a
     tb, vb, db = b
@@ -1027,7 +1039,7 @@ def _substitute(expr: Expr, name: str, body: Expr) -> Expr:
     if isinstance(expr, Seq):
         return seq(*(_substitute(x, name, body) for x in expr.items))
     if isinstance(expr, Choice):
-        return choice(*(_substitute(x, name, body) for x in expr.items))
+        return union(_substitute(x, name, body) for x in expr.items)
     if isinstance(expr, Repeat):
         return repeat(_substitute(expr.item, name, body), expr.min, expr.max)
     return expr

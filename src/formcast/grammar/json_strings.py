@@ -22,13 +22,12 @@ from formcast.grammar.ir import (
     Literal,
     Repeat,
     Seq,
-    choice,
     merge_ranges,
     repeat,
     seq,
     star,
 )
-from formcast.grammar.json_text import ANY_CODEPOINT, string_content
+from formcast.grammar.json_text import ANY_CODEPOINT, string_content, union
 from formcast.grammar.regex import regex_to_expr
 
 ANY_CHAR = CharSet(ANY_CODEPOINT)
@@ -54,7 +53,7 @@ def json_spelled(expr: Expr, label: Callable[[tuple[tuple[int, int], ...]], Expr
         elif isinstance(e, Seq):
             out = seq(*(walk(x) for x in e.items))
         elif isinstance(e, Choice):
-            out = choice(*(walk(x) for x in e.items))
+            out = union(walk(x) for x in e.items)
         elif isinstance(e, Repeat):
             out = repeat(walk(e.item), e.min, e.max)
         else:

@@ -28,6 +28,7 @@ from formcast.grammar.ir import (
     MAX_CODEPOINT,
     NOTHING,
     CharSet,
+    Choice,
     Expr,
     chars,
     choice,
@@ -66,6 +67,16 @@ GENERIC_NUMBER: Expr = seq(
     repeat(seq(lit("."), repeat(DIGIT, 1, None)), 0, 1),
     repeat(seq(chars("eE"), repeat(chars("+-"), 0, 1), repeat(DIGIT, 1, None)), 0, 1),
 )
+
+
+def union(items: Iterable[Expr]) -> Expr:
+    """``ir.choice`` in linear time (set-based de-duplication) for long alternative lists."""
+    flat: dict[Expr, None] = {}
+    for item in items:
+        for part in item.items if isinstance(item, Choice) else (item,):
+            flat.setdefault(part, None)
+    alts = tuple(flat)
+    return alts[0] if len(alts) == 1 else Choice(alts)
 
 
 # ----------------------------------------------------------------------------- ranges
