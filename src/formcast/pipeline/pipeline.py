@@ -14,6 +14,7 @@ script; it gets no grammar, so layers 2 and 3 do all the work).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ RuleLike = Rule | Callable[[Any], Any]
 #: The instruction that carries a retry's error summary (the failed output is not repeated).
 FEEDBACK_HEADER = "Your previous answer was rejected for these reasons:"
 FEEDBACK_FOOTER = "Write the whole JSON object again with these problems fixed."
+_MAX_VALIDATORS = 256
 
 
 def estimate_tokens(text: str) -> int:
@@ -255,7 +257,9 @@ class Pipeline:
         if isinstance(self._model, str):
             return self._model
         if self._runtime is not None:
-            return str(getattr(self._runtime, "name", type(self._runtime).__name__))
+            name = str(getattr(self._runtime, "name", type(self._runtime).__name__))
+            path = getattr(self._runtime, "model_path", None)
+            return f"{name}:{os.path.basename(path)}" if isinstance(path, str) else name
         return getattr(self._model, "__name__", type(self._model).__name__)
 
     # -- compile
@@ -273,6 +277,8 @@ class Pipeline:
         validator = self._validators.get(digest)
         if validator is None:
             validator = Validator(schema, strict_integers=self.strict_integers)
+            if len(self._validators) >= _MAX_VALIDATORS:  # drop the oldest, keep memory bounded
+                self._validators.pop(next(iter(self._validators)))
             self._validators[digest] = validator
         if not grammar:
             return CompiledSchema(schema, digest, validator)
