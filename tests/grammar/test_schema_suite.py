@@ -306,4 +306,4 @@ def test_most_of_the_suite_compiles_exactly(suite_results) -> None:
     groups = sum(r.groups for r in suite_results)
     exact = sum(r.exact for r in suite_results)
     assert compiled >= 0.97 * groups
-    assert exact >= 0.7 * compiled
+    assert exact >= 0.75 * compiled

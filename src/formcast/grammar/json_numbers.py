@@ -15,10 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from formcast.grammar import charfa
 from formcast.grammar.ir import CharSet, Expr, choice, lit, opt, plus, seq, star
 from formcast.grammar.json_text import GENERIC_INTEGER, GENERIC_NUMBER, plain_decimal
+
+if TYPE_CHECKING:  # pragma: no cover
+    from formcast.grammar.json_conj import Conj
+    from formcast.grammar.json_refs import Loc
+    from formcast.grammar.json_schema import SchemaCompiler
 
 MAX_MODULUS = 1000
 MAX_SCALE = 30
@@ -215,3 +221,40 @@ def number_dfa(*, integer: bool, low: Decimal | None, low_exclusive: bool,
 
     start = ("S", False, False, (), ())
     return charfa.minimize(charfa.from_step(start, step, accepting, "-0123456789."))
+
+
+def build_number(c: SchemaCompiler, conj: Conj, loc: Loc, integer: bool) -> Expr:
+    """The numbers ``conj`` allows (bounds, multipleOf, excluded values), reporting what
+    does not fit in an automaton."""
+    multiples = []
+    for m, ptr in conj.multiples:
+        if multiple_supported(m):
+            multiples.append((m, ptr))
+        else:
+            c.report(ptr, "multipleOf", f"multipleOf {m}: the modulus is too large for a "
+                     "digit automaton (numerator at most 1000)")
+    low = conj.low
+    high = conj.high
+    excluded = conj.excluded_numbers
+    if low is None and high is None and not multiples and not excluded:
+        return c.prim("integer" if integer else "number")
+    prefix = c.rule_base(loc) + "-num"
+
+    def build(with_multiples: bool) -> Expr:
+        return number_expr(integer=integer, low=low and low[0],
+                           low_exclusive=bool(low and low[1]), high=high and high[0],
+                           high_exclusive=bool(high and high[1]),
+                           multiples=[m for m, _ in multiples] if with_multiples else [],
+                           excluded=excluded, rules=c.rules, prefix=prefix)
+
+    try:
+        expr = build(True)
+    except charfa.AutomatonTooLarge:
+        for _, ptr in multiples:
+            c.report(ptr, "multipleOf", "multipleOf together with the bounds makes an "
+                     "automaton too large to compile")
+        expr = build(False)
+    if low is not None or high is not None or multiples or excluded:
+        c.note("constrained numbers are written without exponent, integers without "
+               "fraction (every value keeps that spelling)")
+    return expr

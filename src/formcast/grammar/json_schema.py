@@ -30,7 +30,6 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
@@ -43,26 +42,24 @@ from formcast.errors import (
 )
 from formcast.grammar import charfa
 from formcast.grammar.cache import DEFAULT_CACHE, CompileCache, schema_hash
-from formcast.grammar.formats import FORMATS, UNSUPPORTED_FORMATS, format_expr
 from formcast.grammar.ir import (
     EMPTY,
     NOTHING,
     Choice,
     Expr,
     Grammar,
-    Literal,
     Ref,
     Repeat,
     Seq,
     chars,
     choice,
-    iter_refs,
     lit,
     opt,
     repeat,
     seq,
     star,
 )
+from formcast.grammar.json_arrays import build_array
 from formcast.grammar.json_conj import (
     ALL_TYPES,
     ANNOTATIONS,
@@ -77,30 +74,26 @@ from formcast.grammar.json_conj import (
     json_type,
 )
 from formcast.grammar.json_negate import negate
-from formcast.grammar.json_numbers import multiple_supported, number_expr
+from formcast.grammar.json_numbers import build_number
 from formcast.grammar.json_objects import build_object
 from formcast.grammar.json_refs import Loc, SchemaIndex, join_pointer, split_pointer
 from formcast.grammar.json_strings import (
-    Constraint,
-    combine,
-    format_constraint,
-    json_spelled,
-    length_expr,
+    build_string,
     pattern_expr,
+    string_constraints,
 )
 from formcast.grammar.json_text import (
     ANY_CODEPOINT,
     GENERIC_INTEGER,
     GENERIC_NUMBER,
     GENERIC_STRING,
-    QUOTE,
     U_ALL,
     char_forms,
     char_forms_cached,
     to_decimal,
-    union,
     value_literal,
 )
+from formcast.grammar.prune import prune_rules
 from formcast.grammar.regex import regex_to_expr
 from formcast.grammar.report import CompileReport, Unenforced
 
@@ -399,7 +392,7 @@ class SchemaCompiler:
             return None
         if conj.types is not None and "string" not in conj.types:
             return "none"
-        cons = self._string_constraints(conj)
+        cons = string_constraints(self, conj)
         if not cons and not conj.string_dfas:
             return None
         try:
@@ -424,7 +417,7 @@ class SchemaCompiler:
         self.open.append("root")
         self.rules["root"] = self.compile_node(self.schema, root_loc)
         self.open.pop()
-        rules = _finish(self.rules, self.keep)
+        rules = prune_rules(self.rules, self.keep)
         if self.acc.unknown:
             self.note("unknown keywords ignored (they are annotations in JSON Schema): "
                       + ", ".join(sorted(self.acc.unknown)))
@@ -741,11 +734,11 @@ class SchemaCompiler:
         if "object" in types:
             alts.append(build_object(self, conj, loc))
         if "array" in types:
-            alts.append(self._array(conj, loc))
+            alts.append(build_array(self, conj, loc))
         if "string" in types:
-            alts.append(self._string(conj, loc))
+            alts.append(build_string(self, conj, loc))
         if "number" in types or "integer" in types:
-            alts.append(self._number(conj, loc, integer="number" not in types))
+            alts.append(build_number(self, conj, loc, integer="number" not in types))
         if "boolean" in types:
             alts += [lit("true"), lit("false")]
         if "null" in types:
@@ -753,207 +746,6 @@ class SchemaCompiler:
         return choice(*alts) if alts else NOTHING
 
     # -- numbers
-
-    def _number(self, conj: Conj, loc: Loc, integer: bool) -> Expr:
-        multiples = []
-        for m, ptr in conj.multiples:
-            if multiple_supported(m):
-                multiples.append((m, ptr))
-            else:
-                self.report(ptr, "multipleOf", f"multipleOf {m}: the modulus is too large for a "
-                            "digit automaton (numerator at most 1000)")
-        low = conj.low
-        high = conj.high
-        excluded = conj.excluded_numbers
-        if low is None and high is None and not multiples and not excluded:
-            return self.prim("integer" if integer else "number")
-        prefix = self.rule_base(loc) + "-num"
-
-        def build(with_multiples: bool) -> Expr:
-            return number_expr(integer=integer, low=low and low[0],
-                               low_exclusive=bool(low and low[1]), high=high and high[0],
-                               high_exclusive=bool(high and high[1]),
-                               multiples=[m for m, _ in multiples] if with_multiples else [],
-                               excluded=excluded, rules=self.rules, prefix=prefix)
-
-        try:
-            expr = build(True)
-        except charfa.AutomatonTooLarge:
-            for _, ptr in multiples:
-                self.report(ptr, "multipleOf", "multipleOf together with the bounds makes an "
-                            "automaton too large to compile")
-            expr = build(False)
-        if low is not None or high is not None or multiples or excluded:
-            self.note("constrained numbers are written without exponent, integers without "
-                      "fraction (every value keeps that spelling)")
-        return expr
-
-    # -- strings
-
-    def _string_constraints(self, conj: Conj) -> list[Constraint]:
-        cons: list[Constraint] = []
-        if self.options.formats == "assert":
-            for name, ptr in conj.formats:
-                expr = format_constraint(name, ptr, self.report)
-                if expr is not None:
-                    cons.append(Constraint(expr, [(ptr, "format")]))
-                elif name not in FORMATS and name not in UNSUPPORTED_FORMATS:
-                    self.note(f"format {name!r} is not a JSON Schema format; treated as an "
-                              "annotation")
-        for pattern, ptr in conj.patterns:
-            expr = pattern_expr(pattern, ptr)
-            if isinstance(expr, str):
-                self.report(ptr, "pattern", f"pattern {pattern!r} is not compiled: {expr}")
-            else:
-                cons.append(Constraint(expr, [(ptr, "pattern")]))
-        if conj.min_len or conj.max_len is not None:
-            sources = [(p, p.rsplit("/", 1)[1]) for p in conj.length_ptrs] or [("", "maxLength")]
-            if conj.max_len is not None and conj.max_len < conj.min_len:
-                cons.append(Constraint(NOTHING, sources))
-            else:
-                cons.append(Constraint(length_expr(conj.min_len, conj.max_len), sources))
-        return cons
-
-    def _string(self, conj: Conj, loc: Loc) -> Expr:
-        cons = self._string_constraints(conj)
-        dfas = conj.string_dfas
-        if not cons and not dfas:
-            return self.prim("string")
-        self.note("constrained strings spell printable ASCII characters raw (not as \\u "
-                  "escapes); other characters may be raw or escaped")
-        if dfas:
-            try:
-                content = combine(cons, label=self.label, rules=self.rules, dfas=dfas,
-                                  prefix=self.rule_base(loc) + "-str", report=self.report)
-            except charfa.AutomatonTooLarge:
-                self.report(loc.pointer, "not", "a negated string constraint makes an automaton "
-                            "too large to compile; it is left to the validator")
-                content = combine(cons, label=self.label, rules=self.rules,
-                                  prefix=self.rule_base(loc) + "-str", report=self.report)
-            return seq(QUOTE, content, QUOTE)
-        if len(cons) == 1 and cons[0].sources[0][1] in ("minLength", "maxLength"):
-            if conj.max_len is not None and conj.max_len < conj.min_len:
-                return NOTHING
-            return seq(QUOTE, repeat(self.prim("char"), conj.min_len, conj.max_len), QUOTE)
-        if len(cons) == 1 and cons[0].sources[0][1] == "format":
-            name = "format-" + next(n for n, p in conj.formats if p == cons[0].sources[0][0])
-            if name not in self.rules:  # one shared rule per format
-                self.prim("unicode-escape")
-                self.rules[name] = _format_body(name[len("format-"):])
-                self.keep.add(name)
-            return Ref(name)
-        content = combine(cons, label=self.label, rules=self.rules,
-                          prefix=self.rule_base(loc) + "-str", report=self.report)
-        return seq(QUOTE, content, QUOTE)
-
-    # -- arrays
-
-    def _contains(self, conj: Conj, loc: Loc) -> Expr | None:
-        """Arrays whose items are each a match (items AND contains) or a miss (items AND NOT
-        contains), with the number of matches in [minContains, maxContains]."""
-        c = conj.contains[0]
-        misses = negate(self, c.schema, c.loc)
-        if misses is None:
-            return None
-        items = [p.items for p in conj.arrays if p.items is not None]
-        with self.consuming():
-            match = self.compile_subs(items + [(c.schema, c.loc)], c.loc.pointer)
-            miss_alts = []
-            for piece in misses:
-                branch = Conj()
-                for sub, sub_loc in items:
-                    self.acc.add(branch, sub, sub_loc, (sub_loc.pointer,))
-                branch.merge(piece)
-                miss_alts.append(self.compile_conj(branch, c.loc))
-            miss = choice(*miss_alts) if miss_alts else NOTHING
-        if c.max is not None and c.max < c.min:
-            return NOTHING
-        ws = self.ws
-        comma = seq(lit(","), ws)
-        misses_after = star(seq(comma, miss, ws))
-
-        def with_matches(low: int, high: int | None) -> Expr:
-            first = choice(seq(match, ws), seq(miss, ws, misses_after, comma, match, ws))
-            more = repeat(seq(comma, match, ws, misses_after), low - 1,
-                          None if high is None else high - 1)
-            return seq(first, misses_after, more)
-
-        if c.min >= 1:
-            body = with_matches(c.min, c.max)
-        else:
-            body = choice(EMPTY, seq(miss, ws, misses_after),
-                          *([with_matches(1, c.max)] if c.max != 0 else []))
-        return seq(lit("["), ws, body, lit("]"))
-
-    def _array(self, conj: Conj, loc: Loc) -> Expr:
-        lo, hi = conj.min_items, conj.max_items
-        for ptr in conj.unique:
-            if hi is None or hi > 1:
-                self.report(ptr, "uniqueItems", "uniqueItems compares items with each other, "
-                            "which no grammar can do; left to the validator")
-        parts = conj.arrays
-        if conj.contains:
-            counted = None
-            if (len(conj.contains) == 1 and not any(p.prefix for p in parts) and lo == 0
-                    and hi is None):
-                counted = self._contains(conj, loc)
-            if counted is not None:
-                return counted
-            for c in conj.contains:
-                self.report(c.pointer, "contains", "contains (how many items match) is compiled "
-                            "only for a negatable schema without prefixItems or minItems/maxItems;"
-                            " left to the validator")
-        if not parts and lo == 0 and hi is None:
-            return self.prim("array")
-        if hi is not None and hi < lo:
-            return NOTHING
-        n = max((len(p.prefix) for p in parts), default=0)
-        positions: list[Expr] = []
-        with self.consuming():
-            for i in range(n):
-                subs = [p.prefix[i] if i < len(p.prefix) else p.items for p in parts]
-                expr = self.compile_subs([s for s in subs if s is not None],
-                                         join_pointer(loc.pointer, "prefixItems", i))
-                if expr == NOTHING:
-                    hi = i if hi is None else min(hi, i)
-                    break
-                positions.append(expr)
-            rest_subs = [p.items for p in parts if p.items is not None]
-            rest = (self.compile_subs(rest_subs, join_pointer(loc.pointer, "items"))
-                    if (hi is None or hi > len(positions)) else NOTHING)
-        if rest == NOTHING:
-            hi = len(positions) if hi is None else min(hi, len(positions))
-        if hi is not None and hi < lo:
-            return NOTHING
-        ws = self.ws
-        comma = seq(lit(","), ws)
-
-        def tail(i: int) -> Expr:
-            if hi is not None and i >= hi:
-                return EMPTY if i >= lo else NOTHING
-            if i >= len(positions):
-                lo_r = max(0, lo - i)
-                hi_r = None if hi is None else hi - i
-                more = seq(comma, rest, ws)
-                if i > 0:
-                    return repeat(more, lo_r, hi_r)
-                body = seq(rest, ws, repeat(more, max(lo_r - 1, 0),
-                                            None if hi_r is None else hi_r - 1))
-                return body if lo_r > 0 else opt(body)
-            item = seq(comma if i > 0 else EMPTY, positions[i], ws, tail(i + 1))
-            return item if i < lo else opt(item)
-
-        return seq(lit("["), ws, tail(0), lit("]"))
-
-
-@lru_cache(maxsize=64)
-def _format_body(name: str) -> Expr:
-    """The JSON string of a format (shared by every compile: the date-time table is large)."""
-    expr = format_expr(name)
-    assert expr is not None
-    unicode_escape = Ref("unicode-escape")
-    return seq(QUOTE, json_spelled(expr, lambda r: char_forms_cached(r, unicode_escape)), QUOTE)
-
 
 def _sig_disjoint(a: tuple, b: tuple) -> bool:
     ta, va, da = a
@@ -984,62 +776,3 @@ def _size(expr: Expr, limit: int) -> int:
     return count
 
 
-# ----------------------------------------------------------------------------- clean-up
-
-
-def _finish(rules: dict[str, Expr], keep: set[str]) -> dict[str, Expr]:
-    """Drop unreachable rules and inline helper rules used once (and not recursive)."""
-    prims = {"ws", "string", "number", "integer", "char", "unicode-escape", "value", "object",
-             "array"}
-    rules = dict(rules)
-    while True:
-        live = _reachable(rules, "root")
-        rules = {k: v for k, v in rules.items() if k in live}
-        counts: Counter[str] = Counter()
-        for body in rules.values():
-            counts.update(iter_refs(body))
-        inline = {name for name, n in counts.items()
-                  if (n == 1 or isinstance(rules[name], Ref | Literal) and name not in keep)
-                  and name not in keep and name not in prims and name != "root"
-                  and not name.startswith(("value-d", "object-d", "array-d"))
-                  and name not in _reachable_from_body(rules, name)}
-        if not inline:
-            return rules
-        name = sorted(inline)[0]
-        body = rules.pop(name)
-        rules = {k: (_substitute(v, name, body) if name in set(iter_refs(v)) else v)
-                 for k, v in rules.items()}
-
-
-def _reachable(rules: dict[str, Expr], start: str) -> set[str]:
-    seen = {start}
-    stack = [start]
-    while stack:
-        for ref_name in iter_refs(rules[stack.pop()]):
-            if ref_name not in seen:
-                seen.add(ref_name)
-                stack.append(ref_name)
-    return seen
-
-
-def _reachable_from_body(rules: dict[str, Expr], name: str) -> set[str]:
-    seen: set[str] = set()
-    stack = list(iter_refs(rules[name]))
-    while stack:
-        r = stack.pop()
-        if r not in seen:
-            seen.add(r)
-            stack.extend(iter_refs(rules[r]))
-    return seen
-
-
-def _substitute(expr: Expr, name: str, body: Expr) -> Expr:
-    if isinstance(expr, Ref):
-        return body if expr.name == name else expr
-    if isinstance(expr, Seq):
-        return seq(*(_substitute(x, name, body) for x in expr.items))
-    if isinstance(expr, Choice):
-        return union(_substitute(x, name, body) for x in expr.items)
-    if isinstance(expr, Repeat):
-        return repeat(_substitute(expr.item, name, body), expr.min, expr.max)
-    return expr

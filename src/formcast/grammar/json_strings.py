@@ -10,16 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from formcast.errors import RegexSyntaxError, SchemaError, UnsupportedRegexError
 from formcast.grammar import charfa
 from formcast.grammar.formats import FORMATS, UNSUPPORTED_FORMATS, format_expr
 from formcast.grammar.ir import (
+    NOTHING,
     ByteSet,
     CharSet,
     Choice,
     Expr,
     Literal,
+    Ref,
     Repeat,
     Seq,
     merge_ranges,
@@ -27,8 +31,19 @@ from formcast.grammar.ir import (
     seq,
     star,
 )
-from formcast.grammar.json_text import ANY_CODEPOINT, string_content, union
+from formcast.grammar.json_text import (
+    ANY_CODEPOINT,
+    QUOTE,
+    char_forms_cached,
+    string_content,
+    union,
+)
 from formcast.grammar.regex import regex_to_expr
+
+if TYPE_CHECKING:  # pragma: no cover
+    from formcast.grammar.json_conj import Conj
+    from formcast.grammar.json_refs import Loc
+    from formcast.grammar.json_schema import SchemaCompiler
 
 ANY_CHAR = CharSet(ANY_CODEPOINT)
 
@@ -129,3 +144,77 @@ def combine(constraints: Sequence[Constraint], *, label: Callable, rules: dict[s
                 report(pointer, keyword, f"{keyword} cannot be combined with {kept} in one "
                        f"automaton of reasonable size; only {kept} is enforced")
         return json_spelled(constraints[0].expr, label)
+
+
+# ----------------------------------------------------------------------------- builder
+
+
+def string_constraints(c: SchemaCompiler, conj: Conj) -> list[Constraint]:
+    """The character-level constraints on the strings ``conj`` allows."""
+    cons: list[Constraint] = []
+    if c.options.formats == "assert":
+        for name, ptr in conj.formats:
+            expr = format_constraint(name, ptr, c.report)
+            if expr is not None:
+                cons.append(Constraint(expr, [(ptr, "format")]))
+            elif name not in FORMATS and name not in UNSUPPORTED_FORMATS:
+                c.note(f"format {name!r} is not a JSON Schema format; treated as an "
+                       "annotation")
+    for pattern, ptr in conj.patterns:
+        expr = pattern_expr(pattern, ptr)
+        if isinstance(expr, str):
+            c.report(ptr, "pattern", f"pattern {pattern!r} is not compiled: {expr}")
+        else:
+            cons.append(Constraint(expr, [(ptr, "pattern")]))
+    if conj.min_len or conj.max_len is not None:
+        sources = [(p, p.rsplit("/", 1)[1]) for p in conj.length_ptrs] or [("", "maxLength")]
+        if conj.max_len is not None and conj.max_len < conj.min_len:
+            cons.append(Constraint(NOTHING, sources))
+        else:
+            cons.append(Constraint(length_expr(conj.min_len, conj.max_len), sources))
+    return cons
+
+
+def build_string(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
+    """The JSON strings ``conj`` allows."""
+    cons = string_constraints(c, conj)
+    dfas = conj.string_dfas
+    if not cons and not dfas:
+        return c.prim("string")
+    c.note("constrained strings spell printable ASCII characters raw (not as \\u "
+           "escapes); other characters may be raw or escaped")
+    if dfas:
+        try:
+            content = combine(cons, label=c.label, rules=c.rules, dfas=dfas,
+                              prefix=c.rule_base(loc) + "-str", report=c.report)
+        except charfa.AutomatonTooLarge:
+            c.report(loc.pointer, "not", "a negated string constraint makes an automaton "
+                     "too large to compile; it is left to the validator")
+            content = combine(cons, label=c.label, rules=c.rules,
+                              prefix=c.rule_base(loc) + "-str", report=c.report)
+        return seq(QUOTE, content, QUOTE)
+    if len(cons) == 1 and cons[0].sources[0][1] in ("minLength", "maxLength"):
+        if conj.max_len is not None and conj.max_len < conj.min_len:
+            return NOTHING
+        return seq(QUOTE, repeat(c.prim("char"), conj.min_len, conj.max_len), QUOTE)
+    if len(cons) == 1 and cons[0].sources[0][1] == "format":
+        name = "format-" + next(n for n, p in conj.formats if p == cons[0].sources[0][0])
+        if name not in c.rules:  # one shared rule per format
+            c.prim("unicode-escape")
+            c.rules[name] = format_body(name[len("format-"):])
+            c.keep.add(name)
+        return Ref(name)
+    content = combine(cons, label=c.label, rules=c.rules,
+                      prefix=c.rule_base(loc) + "-str", report=c.report)
+    return seq(QUOTE, content, QUOTE)
+
+# -- arrays
+
+
+@lru_cache(maxsize=64)
+def format_body(name: str) -> Expr:
+    """The JSON string of a format (shared by every compile: the date-time table is large)."""
+    expr = format_expr(name)
+    assert expr is not None
+    unicode_escape = Ref("unicode-escape")
+    return seq(QUOTE, json_spelled(expr, lambda r: char_forms_cached(r, unicode_escape)), QUOTE)

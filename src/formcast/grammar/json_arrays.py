@@ -1,0 +1,120 @@
+"""Arrays: ``prefixItems``/``items`` per position, ``minItems``/``maxItems``, and ``contains``.
+
+Positions are nested optionals (an array of at most 3 items is ``a (, b (, c)?)?``), the tail
+past ``prefixItems`` is a bounded repetition. ``contains`` with ``minContains``/``maxContains``
+is exact when its schema can be negated: every item is either a match (items AND contains) or
+a miss (items AND NOT contains), and the matches are counted in the item list itself.
+``uniqueItems`` compares items with each other, which no context-free grammar can do.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from formcast.grammar.ir import EMPTY, NOTHING, Expr, choice, lit, opt, repeat, seq, star
+from formcast.grammar.json_conj import Conj
+from formcast.grammar.json_negate import negate
+from formcast.grammar.json_refs import Loc, join_pointer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from formcast.grammar.json_schema import SchemaCompiler
+
+
+def build_array(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
+    """The arrays ``conj`` allows."""
+    lo, hi = conj.min_items, conj.max_items
+    for ptr in conj.unique:
+        if hi is None or hi > 1:
+            c.report(ptr, "uniqueItems", "uniqueItems compares items with each other, "
+                     "which no grammar can do; left to the validator")
+    parts = conj.arrays
+    if conj.contains:
+        counted = None
+        if (len(conj.contains) == 1 and not any(p.prefix for p in parts) and lo == 0
+                and hi is None):
+            counted = _contains(c, conj, loc)
+        if counted is not None:
+            return counted
+        for spec in conj.contains:
+            c.report(spec.pointer, "contains", "contains (how many items match) is compiled "
+                     "only for a negatable schema without prefixItems or minItems/maxItems;"
+                        " left to the validator")
+    if not parts and lo == 0 and hi is None:
+        return c.prim("array")
+    if hi is not None and hi < lo:
+        return NOTHING
+    n = max((len(p.prefix) for p in parts), default=0)
+    positions: list[Expr] = []
+    with c.consuming():
+        for i in range(n):
+            subs = [p.prefix[i] if i < len(p.prefix) else p.items for p in parts]
+            expr = c.compile_subs([s for s in subs if s is not None],
+                                     join_pointer(loc.pointer, "prefixItems", i))
+            if expr == NOTHING:
+                hi = i if hi is None else min(hi, i)
+                break
+            positions.append(expr)
+        rest_subs = [p.items for p in parts if p.items is not None]
+        rest = (c.compile_subs(rest_subs, join_pointer(loc.pointer, "items"))
+                if (hi is None or hi > len(positions)) else NOTHING)
+    if rest == NOTHING:
+        hi = len(positions) if hi is None else min(hi, len(positions))
+    if hi is not None and hi < lo:
+        return NOTHING
+    ws = c.ws
+    comma = seq(lit(","), ws)
+
+    def tail(i: int) -> Expr:
+        if hi is not None and i >= hi:
+            return EMPTY if i >= lo else NOTHING
+        if i >= len(positions):
+            lo_r = max(0, lo - i)
+            hi_r = None if hi is None else hi - i
+            more = seq(comma, rest, ws)
+            if i > 0:
+                return repeat(more, lo_r, hi_r)
+            body = seq(rest, ws, repeat(more, max(lo_r - 1, 0),
+                                        None if hi_r is None else hi_r - 1))
+            return body if lo_r > 0 else opt(body)
+        item = seq(comma if i > 0 else EMPTY, positions[i], ws, tail(i + 1))
+        return item if i < lo else opt(item)
+
+    return seq(lit("["), ws, tail(0), lit("]"))
+
+
+def _contains(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr | None:
+    """Arrays whose items are each a match (items AND contains) or a miss (items AND NOT
+    contains), with the number of matches in [minContains, maxContains]."""
+    spec = conj.contains[0]
+    misses = negate(c, spec.schema, spec.loc)
+    if misses is None:
+        return None
+    items = [p.items for p in conj.arrays if p.items is not None]
+    with c.consuming():
+        match = c.compile_subs(items + [(spec.schema, spec.loc)], spec.loc.pointer)
+        miss_alts = []
+        for piece in misses:
+            branch = Conj()
+            for sub, sub_loc in items:
+                c.acc.add(branch, sub, sub_loc, (sub_loc.pointer,))
+            branch.merge(piece)
+            miss_alts.append(c.compile_conj(branch, spec.loc))
+        miss = choice(*miss_alts) if miss_alts else NOTHING
+    if spec.max is not None and spec.max < spec.min:
+        return NOTHING
+    ws = c.ws
+    comma = seq(lit(","), ws)
+    misses_after = star(seq(comma, miss, ws))
+
+    def with_matches(low: int, high: int | None) -> Expr:
+        first = choice(seq(match, ws), seq(miss, ws, misses_after, comma, match, ws))
+        more = repeat(seq(comma, match, ws, misses_after), low - 1,
+                      None if high is None else high - 1)
+        return seq(first, misses_after, more)
+
+    if spec.min >= 1:
+        body = with_matches(spec.min, spec.max)
+    else:
+        body = choice(EMPTY, seq(miss, ws, misses_after),
+                      *([with_matches(1, spec.max)] if spec.max != 0 else []))
+    return seq(lit("["), ws, body, lit("]"))
