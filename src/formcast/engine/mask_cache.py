@@ -49,26 +49,30 @@ class StateVerdict:
     needs_context: np.ndarray  # token ids that can only go on by returning below q's frame
 
 
-def classify_tokens(dense: DenseStates, table: TokenTable, q: int) -> StateVerdict:
-    """Walk the token trie from the one-frame stack ``(q,)``: one numpy gather per level.
+def classify_tokens(dense: DenseStates, table: TokenTable, base: int) -> StateVerdict:
+    """Walk the token trie from the parser state numbered ``base``: one numpy gather per
+    trie level, over the live nodes only.
 
-    Calls entered mid-token are followed (they do not depend on the context); a token that
-    passes a point where ``q``'s own frame could finish, and cannot go on otherwise, is
-    context-dependent and left to the caller.
+    From a one-frame state ``{(q,)}`` this is context-free: calls entered mid-token are
+    followed, and a token that passes a point where ``q``'s own frame could finish, and cannot
+    go on otherwise, is reported in ``needs_context``. From a full parser state the walk is
+    exact and ``needs_context`` holds only tokens that would go on past the end of the root.
     """
     trie = table.trie
     n = trie.ids.size
     allowed_rows = np.zeros(n, dtype=bool)
     needs: list[np.ndarray] = []
-    base = dense.intern(frozenset(((q,),)))
-    dense.ensure_rows(np.array([base]))
-    loop = dense.table[base] == base
-    outside = trie.outside_prefix_sums(loop) if loop.sum() >= SLICE_MIN_BYTES else None
+    chain, slice_bytes = _slice_chain(dense, base, trie.max_len)
+    outside = trie.outside_prefix_sums(slice_bytes) if chain is not None else None
     live = np.zeros(1, dtype=np.int64)
     state = np.array([base], dtype=np.int64)
     flag = np.zeros(1, dtype=bool)
     for level in range(1, trie.max_len + 1):
         dense.ensure_rows(state)
+        if level > 1:
+            # Tokens going on below a node pass its state: if the base frame can end there,
+            # what follows depends on the context.
+            flag = flag | dense.finishes[state]
         lo = trie.child_lo[level - 1][live]
         hi = trie.child_hi[level - 1][live]
         kids = concat_ranges(lo, hi)
@@ -88,23 +92,60 @@ def classify_tokens(dense: DenseStates, table: TokenTable, q: int) -> StateVerdi
             alive = np.zeros(trie.node_row[level].size, dtype=bool)
             alive[kids] = True
             allowed_rows[ending[alive[trie.end_node[level]]]] = True
-        if outside is not None:
-            # Slice: below a node still in the looping state, every token made only of
-            # looping bytes is allowed as a block.
+        if outside is not None and level < chain.size:
+            # Slice: below a node still on the chain, every token made only of slice bytes
+            # and short enough to stay on the chain is allowed as a block.
             lo_rows = trie.node_row[level][kids]
             hi_rows = trie.node_hi[level][kids]
-            block = (nxt == base) & (outside[hi_rows] == outside[lo_rows])
+            block = ((nxt == chain[level]) & (outside[hi_rows] == outside[lo_rows])
+                     & (trie.node_maxlen[level][kids] < chain.size))
             if block.any():
                 allowed_rows[concat_ranges(lo_rows[block], hi_rows[block])] = True
                 keep = ~block
                 kids, nxt, kid_flag = kids[keep], nxt[keep], kid_flag[keep]
-        live, state, flag = kids, nxt, kid_flag | dense.finishes[nxt]
+        live, state, flag = kids, nxt, kid_flag
         if live.size == 0:
             break
     allowed = np.zeros(table.size, dtype=bool)
     allowed[trie.ids[allowed_rows]] = True
     needs_ids = trie.ids[np.concatenate(needs)] if needs else np.zeros(0, np.int64)
     return StateVerdict(allowed, needs_ids)
+
+
+def _slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """The slice of ``base``: a large byte set ``S`` whose bytes all lead to one successor,
+    and the chain of states reached by 0, 1, 2... bytes of ``S`` (up to ``horizon``).
+
+    Inside a JSON string the chain is a loop (``base`` itself); inside ``[^\\n]{1,200}`` or
+    a ``maxLength`` string it counts down. Tokens made only of ``S`` bytes and no longer than
+    the chain are allowed without walking them (llguidance's slices, generalised to counts).
+    """
+    dense.ensure_rows(np.array([base]))
+    row = dense.table[base]
+    targets = row[row >= 0]
+    if targets.size < SLICE_MIN_BYTES:
+        return None, row >= 0
+    values, counts = np.unique(targets, return_counts=True)
+    if counts.max() < SLICE_MIN_BYTES:
+        return None, row >= 0
+    succ = int(values[counts.argmax()])
+    slice_bytes = row == succ
+    chain = [base]
+    seen = {base: 0}
+    while len(chain) <= horizon:
+        if succ in seen:  # a loop: the chain goes on for ever
+            cycle = chain[seen[succ]:]
+            while len(chain) <= horizon:
+                chain.append(cycle[(len(chain) - seen[succ]) % len(cycle)])
+            break
+        seen[succ] = len(chain)
+        chain.append(succ)
+        dense.ensure_rows(np.array([succ]))
+        following = dense.table[succ][slice_bytes]
+        if following[0] < 0 or not (following == following[0]).all():
+            break
+        succ = int(following[0])
+    return np.array(chain, dtype=np.int64), slice_bytes
 
 
 class MaskCache:
@@ -130,7 +171,7 @@ class MaskCache:
                 # Deeply recursive grammars can keep minting states: start the table afresh
                 # (verdicts already computed stay valid; they hold masks, not state ids).
                 self.dense = DenseStates(self.parser)
-            got = classify_tokens(self.dense, self.table, q)
+            got = classify_tokens(self.dense, self.table, self.dense.intern(frozenset(((q,),))))
             self._verdicts[q] = got
         return got
 
@@ -165,14 +206,13 @@ class MaskCache:
     def _with_returns(self, state: State) -> list[tuple[int, ...]]:
         """The kernels of ``state`` plus those reached by returning, before any byte, from
         frames that can finish right now (their verdicts are only valid one frame up)."""
-        dense = self.dense
         out = list(state)
         seen = set(out)
         i = 0
         while i < len(out):
             kernel = out[i]
             i += 1
-            if len(kernel) > 1 and dense.finishes[dense.intern(frozenset((kernel[-1:],)))]:
+            if len(kernel) > 1 and self.parser.frame_can_finish(kernel[-1]):
                 parent = kernel[:-1]
                 if parent not in seen:
                     seen.add(parent)
@@ -180,25 +220,21 @@ class MaskCache:
         return out
 
     def _compute(self, state: State) -> np.ndarray:
-        parser = self.parser
-        token_bytes = self.table.token_bytes
         verdicts = [(kernel, self.verdict(kernel[-1])) for kernel in self._with_returns(state)]
-        if len(verdicts) == 1:
+        if any(len(kernel) > 1 and v.needs_context.size for kernel, v in verdicts):
+            # Some tokens return below a frame mid-token: walk from the full state instead,
+            # where every frame below is known (exact, and still one gather per level).
+            if len(self.dense) > DENSE_STATE_LIMIT:
+                self.dense = DenseStates(self.parser)
+                self._verdicts.clear()
+            mask = classify_tokens(self.dense, self.table, self.dense.intern(state)).allowed
+        elif len(verdicts) == 1:
             mask = verdicts[0][1].allowed.copy()
         else:
             mask = np.zeros(self.table.size, dtype=bool)
             for _, v in verdicts:
                 mask |= v.allowed
-        for kernel, v in verdicts:
-            # A one-frame kernel is the root: nothing lies below it to return to.
-            if len(kernel) == 1 or v.needs_context.size == 0:
-                continue
-            single = frozenset((kernel,))
-            candidates = v.needs_context
-            for tid in candidates[~mask[candidates]].tolist():
-                if parser.advance(single, token_bytes[tid]):
-                    mask[tid] = True
-        if parser.is_accepting(state) and self.table.eos_ids.size:
+        if self.parser.is_accepting(state) and self.table.eos_ids.size:
             mask[self.table.eos_ids] = True
         return mask
 

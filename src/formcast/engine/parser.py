@@ -40,6 +40,7 @@ class Parser:
         self._accepting = automaton.accepting_list
         self._has_bytes = automaton.has_bytes
         self._closure_memo: dict[Stack, tuple[Stack, ...]] = {}
+        self._top_memo: dict[int, tuple[tuple[Stack, ...], bool]] = {}
         self._step_memo: OrderedDict[tuple[State, int], State] = OrderedDict()
         self.initial: State = frozenset(((automaton.rule_start[automaton.root],),))
 
@@ -50,16 +51,46 @@ class Parser:
         got = self._closure_memo.get(stack)
         if got is not None:
             return got
+        below = stack[:-1]
+        suffixes, finishes = self._top_closure(stack[-1])
+        has_bytes = self._has_bytes
+        if below:
+            out = {below + s for s in suffixes if has_bytes[s[-1]]}
+            if finishes:
+                out.update(self.close_stack(below))
+        else:
+            out = set(suffixes)
+        result = tuple(sorted(out))
+        if len(self._closure_memo) > _MEMO_LIMIT:
+            self._closure_memo.clear()
+        self._closure_memo[stack] = result
+        return result
+
+    def frame_can_finish(self, q: int) -> bool:
+        """Whether the frame at DFA state ``q`` can end before another byte."""
+        return self._top_closure(q)[1]
+
+    def _top_closure(self, q: int) -> tuple[tuple[Stack, ...], bool]:
+        """The closure of the one-frame stack ``(q,)`` (stacks relative to ``q``'s frame) and
+        whether ``q``'s frame can finish without a byte. Memoised per DFA state, so closing a
+        deep stack costs what the top needs, not what lies below it."""
+        got = self._top_memo.get(q)
+        if got is not None:
+            return got
         out: list[Stack] = []
-        seen = {stack}
-        work = [stack]
+        finishes = False
+        seen = {(q,)}
+        work = [(q,)]
         rule_start = self.auto.rule_start
         ensure = self.auto.ensure
         while work:
             st = work.pop()
             top = st[-1]
             ensure(top)
-            if self._has_bytes[top] or (len(st) == 1 and self._accepting[top]):
+            if len(st) == 1 and self._accepting[top]:
+                finishes = True
+                out.append(st)
+            elif self._has_bytes[top]:
                 out.append(st)
             if len(st) < MAX_STACK_DEPTH:
                 below = st[:-1]
@@ -73,10 +104,8 @@ class Parser:
                 if nxt not in seen:
                     seen.add(nxt)
                     work.append(nxt)
-        result = tuple(sorted(out))
-        if len(self._closure_memo) > _MEMO_LIMIT:
-            self._closure_memo.clear()
-        self._closure_memo[stack] = result
+        result = (tuple(sorted(out)), finishes)
+        self._top_memo[q] = result
         return result
 
     def closed(self, state: State) -> list[Stack]:
@@ -134,7 +163,7 @@ class DenseStates:
 
     Rows are filled lazily (``ensure_rows``): a new state's 256 successors are grouped by the
     tuple of its stacks' DFA rows, so a state costs one closure per *distinct* successor.
-    ``finishes[i]`` marks states where the base frame (the one-frame stack) can end: a token
+    ``finishes[i]`` (valid once the row is filled) marks states where the base frame can end: a token
     walked from a one-frame state that passes such a point mid-token depends on the context.
     """
 
@@ -163,7 +192,6 @@ class DenseStates:
             self.filled = np.concatenate([self.filled, np.zeros(grow, bool)])
         self.ids[state] = idx
         self.states.append(state)
-        self.finishes[idx] = self.parser.is_accepting(state)
         return idx
 
     def ensure_rows(self, ids: np.ndarray) -> None:
@@ -174,18 +202,29 @@ class DenseStates:
         trans = self.parser.auto.trans
         for sid in np.unique(pending).tolist():
             stacks = self.parser.closed(self.states[sid])
+            accepting = self.parser.auto.accepting_list
+            self.finishes[sid] = any(len(st) == 1 and accepting[st[-1]] for st in stacks)
             if not stacks:
                 self.table[sid] = -1
                 self.filled[sid] = True
                 continue
             tops = np.array([st[-1] for st in stacks], dtype=np.int64)
-            rows = trans[tops]  # (k, 256)
-            uniq, inverse = np.unique(rows, axis=1, return_inverse=True)
-            targets = np.empty(uniq.shape[1], dtype=np.int32)
-            for col in range(uniq.shape[1]):
-                nexts = uniq[:, col]
-                kernel = frozenset(st[:-1] + (int(n),) for st, n in zip(stacks, nexts.tolist(), strict=True)
-                                   if n >= 0)
-                targets[col] = self.intern(kernel) if kernel else -1
-            self.table[sid] = targets[inverse.reshape(-1)]
+            rows = trans[tops]  # (k, 256): the successor of each stack's top, per byte
+            # Group the 256 bytes by their column of successors (one int64 key per column
+            # while it fits; np.unique over columns otherwise).
+            radix = self.parser.auto.n_states + 1
+            if len(stacks) * radix.bit_length() <= 62:
+                keys = rows[0].astype(np.int64) + 1
+                for r in rows[1:]:
+                    keys = keys * radix + (r.astype(np.int64) + 1)
+                _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+            else:
+                _, first, inverse = np.unique(rows, axis=1, return_index=True, return_inverse=True)
+                inverse = inverse.reshape(-1)
+            targets = np.empty(first.size, dtype=np.int32)
+            for i, col in enumerate(first.tolist()):
+                nexts = rows[:, col].tolist()
+                kernel = frozenset(st[:-1] + (n,) for st, n in zip(stacks, nexts, strict=True) if n >= 0)
+                targets[i] = self.intern(kernel) if kernel else -1
+            self.table[sid] = targets[inverse]
             self.filled[sid] = True

@@ -44,6 +44,7 @@ class TokenTrie:
         self.child_hi: list[np.ndarray] = []
         self.end_rows: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
         self.end_node: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        self.node_maxlen: list[np.ndarray] = [np.array([self.max_len], dtype=np.int32)]
         rows = np.arange(n)
         for level in range(1, self.max_len + 1):
             starts = np.nonzero(lcp < level)[0]
@@ -60,6 +61,8 @@ class TokenTrie:
             self.parent.append(parent)
             ending = rows[self.lens == level]
             self.end_rows.append(ending)
+            self.node_maxlen.append(np.maximum.reduceat(self.lens, node_row) if node_row.size
+                                    else np.zeros(0, dtype=np.int32))
             self.end_node.append(np.searchsorted(node_row, ending, side="right") - 1)
         self.child_lo.append(np.zeros(self.node_row[-1].size, dtype=np.int64))
         self.child_hi.append(np.zeros(self.node_row[-1].size, dtype=np.int64))
