@@ -256,6 +256,15 @@ def test_items_prefix_items_and_counts() -> None:
     assert accepts(closed, [1]) and accepts(closed, []) and not accepts(closed, [1, 1])
 
 
+def test_unique_items_from_a_small_value_set() -> None:
+    g = compile_({"type": "array", "items": {"enum": ["red", "green", "blue", 7]},
+                  "uniqueItems": True, "maxItems": 3})
+    assert g.report.exact
+    assert accepts(g, []) and accepts(g, ["blue", 7]) and accepts(g, [7, "red", "green"])
+    for bad in [["red", "red"], [7, "blue", 7], ["red", "green", "blue", 7], ["pink"]]:
+        assert not accepts(g, bad), bad
+
+
 def test_contains_counts_matching_items() -> None:
     g = compile_({"type": "array", "items": {"type": "integer"},
                   "contains": {"minimum": 10}, "minContains": 2, "maxContains": 3})

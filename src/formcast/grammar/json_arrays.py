@@ -9,25 +9,36 @@ a miss (items AND NOT contains), and the matches are counted in the item list it
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from formcast.grammar.ir import EMPTY, NOTHING, Expr, choice, lit, opt, repeat, seq, star
 from formcast.grammar.json_conj import Conj
 from formcast.grammar.json_negate import negate
+from formcast.grammar.json_objects import emit_graph
 from formcast.grammar.json_refs import Loc, join_pointer
+from formcast.grammar.json_text import value_literal
 
 if TYPE_CHECKING:  # pragma: no cover
     from formcast.grammar.json_schema import SchemaCompiler
+
+MAX_UNIQUE_VALUES = 6  # one grammar state per subset of used values: 2**6 = 64
 
 
 def build_array(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
     """The arrays ``conj`` allows."""
     lo, hi = conj.min_items, conj.max_items
-    for ptr in conj.unique:
-        if hi is None or hi > 1:
-            c.report(ptr, "uniqueItems", "uniqueItems compares items with each other, "
-                     "which no grammar can do; left to the validator")
     parts = conj.arrays
+    if conj.unique and (hi is None or hi > 1):
+        distinct = None
+        if not conj.contains and not any(p.prefix for p in parts):
+            distinct = _distinct_items(c, conj, loc)
+        if distinct is not None:
+            return distinct
+        for ptr in conj.unique:
+            c.report(ptr, "uniqueItems", "uniqueItems is compiled only for items drawn from a "
+                     f"small finite set (at most {MAX_UNIQUE_VALUES} values); left to the "
+                     "validator")
     if conj.contains:
         counted = None
         if (len(conj.contains) == 1 and not any(p.prefix for p in parts) and lo == 0
@@ -38,7 +49,7 @@ def build_array(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
         for spec in conj.contains:
             c.report(spec.pointer, "contains", "contains (how many items match) is compiled "
                      "only for a negatable schema without prefixItems or minItems/maxItems;"
-                        " left to the validator")
+                     " left to the validator")
     if not parts and lo == 0 and hi is None:
         return c.prim("array")
     if hi is not None and hi < lo:
@@ -80,6 +91,45 @@ def build_array(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
         return item if i < lo else opt(item)
 
     return seq(lit("["), ws, tail(0), lit("]"))
+
+
+def _distinct_items(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr | None:
+    """``uniqueItems`` when the items come from a small finite set (``enum`` items, say): the
+    grammar remembers which values were used, one state per subset."""
+    items = [p.items for p in conj.arrays if p.items is not None]
+    if not items:
+        return None
+    inner = Conj()
+    for sub, sub_loc in items:
+        c.acc.add(inner, sub, sub_loc, (sub_loc.pointer,))
+    if inner.values is None or inner.groups or inner.nots:
+        return None
+    c.seen.update(inner.seen)
+    values = [v for v in inner.values if c.valid(v, inner)]
+    if len(values) > MAX_UNIQUE_VALUES:
+        return None
+    limit = 5 if c.options.property_order == "any" else 0
+    spelled = [value_literal(v, c.ws, limit) for v in values]
+    lo = conj.min_items
+    hi = len(values) if conj.max_items is None else min(conj.max_items, len(values))
+    if hi < lo:
+        return NOTHING
+    ws = c.ws
+    comma = seq(lit(","), ws)
+
+    def moves(used: Hashable) -> list[tuple[Expr, Hashable | None]]:
+        assert isinstance(used, frozenset)
+        out: list[tuple[Expr, Hashable | None]] = []
+        if len(used) >= lo:
+            out.append((EMPTY, None))
+        if len(used) < hi:
+            for i, text in enumerate(spelled):
+                if i not in used:
+                    out.append((seq(comma if used else EMPTY, text, ws), used | {i}))
+        return out
+
+    body = emit_graph(c, frozenset(), moves, c.rule_base(loc) + "-u")
+    return seq(lit("["), ws, body, lit("]"))
 
 
 def _contains(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from formcast.grammar import charfa
-from formcast.grammar.ir import choice, lit
+from formcast.grammar.ir import lit
 from formcast.grammar.json_conj import (
     ALL_TYPES,
     Conj,
@@ -23,7 +23,7 @@ from formcast.grammar.json_conj import (
     normalize_types,
 )
 from formcast.grammar.json_refs import Loc
-from formcast.grammar.json_text import to_decimal
+from formcast.grammar.json_text import to_decimal, union
 
 if TYPE_CHECKING:  # pragma: no cover
     from formcast.grammar.json_schema import SchemaCompiler
@@ -67,7 +67,7 @@ def negate(c: SchemaCompiler, schema: Any, loc: Loc) -> list[Conj] | None:
         if "string" in allowed:
             piece = _typed({"string"})
             if strings:
-                listed = charfa.minimize(charfa.from_expr(choice(*(lit(s) for s in strings))))
+                listed = charfa.minimize(charfa.from_expr(union(lit(s) for s in strings)))
                 piece.string_dfas.append(charfa.complement(listed))
             pieces.append(piece)
         if num is not None:

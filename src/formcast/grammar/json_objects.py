@@ -33,7 +33,7 @@ from formcast.grammar.ir import (
 )
 from formcast.grammar.json_conj import Conj, Sub
 from formcast.grammar.json_refs import Loc, join_pointer
-from formcast.grammar.json_text import QUOTE, string_literal
+from formcast.grammar.json_text import QUOTE, string_literal, union
 
 if TYPE_CHECKING:  # pragma: no cover
     from formcast.grammar.json_schema import SchemaCompiler
@@ -200,7 +200,7 @@ def _extra_members(c: SchemaCompiler, parts, named: list[str],
                          "additionalProperties", "depends on too many patterns to compile")
         pats = []
         parts = [type(p)(p.properties, [], None, p.loc) for p in parts]
-    named_dfa = (charfa.minimize(charfa.from_expr(choice(*(lit(k) for k in named))))
+    named_dfa = (charfa.minimize(charfa.from_expr(union(lit(k) for k in named)))
                  if named else None)
     classes: list[Expr] = []
     for size in range(len(pats) + 1):
@@ -324,10 +324,10 @@ def _members(c: SchemaCompiler, members: list[tuple[Expr, bool]], extra: Expr | 
             return out
 
         start = (0, 0, False, frozenset(), frozenset())
-    return _emit_graph(c, start, moves, prefix)
+    return emit_graph(c, start, moves, prefix)
 
 
-def _emit_graph(c: SchemaCompiler, start: Hashable,
+def emit_graph(c: SchemaCompiler, start: Hashable,
                 moves: Callable[[Hashable], list[tuple[Expr, Hashable | None]]],
                 prefix: str) -> Expr:
     """The expression of a finite acyclic graph of states; states reached from more than one

@@ -91,6 +91,7 @@ from formcast.grammar.json_text import (
     char_forms,
     char_forms_cached,
     to_decimal,
+    union,
     value_literal,
 )
 from formcast.grammar.prune import prune_rules
@@ -380,10 +381,10 @@ class SchemaCompiler:
         if conj.false:
             return "none"
         if conj.values is not None:
-            keys = [v for v in conj.values if isinstance(v, str) and self._valid(v, conj)]
+            keys = [v for v in conj.values if isinstance(v, str) and self.valid(v, conj)]
             if not keys:
                 return "none"
-            return charfa.minimize(charfa.from_expr(choice(*(lit(k) for k in keys))))
+            return charfa.minimize(charfa.from_expr(union(lit(k) for k in keys)))
         if conj.groups or conj.nots or conj.issues:
             for ptr, kw in conj.seen:
                 if kw in ("anyOf", "oneOf", "not", "if", "$ref", "$dynamicRef"):
@@ -561,14 +562,24 @@ class SchemaCompiler:
             if json_type(v) in ("number", "integer") and any(
                     to_decimal(v) == x for x in conj.excluded_numbers):
                 continue
-            if self._valid(v, conj):
+            if self.valid(v, conj):
                 keep.append(v)
         limit = 5 if self.options.property_order == "any" else 0
-        return choice(*(value_literal(v, self.ws, limit) for v in keep)) if keep else NOTHING
+        return union(value_literal(v, self.ws, limit) for v in keep) if keep else NOTHING
 
-    def _valid(self, value: Any, conj: Conj) -> bool:
-        """Whether ``value`` satisfies every source schema of ``conj`` (by ``jsonschema``)."""
-        for _, loc in conj.sources:
+    def valid(self, value: Any, conj: Conj) -> bool:
+        """Whether ``value`` satisfies every source schema of ``conj`` (by ``jsonschema``).
+
+        Sources made only of enum/const/type were already applied when the value list was
+        intersected, so only the type is checked for them (a 5,000-value enum would otherwise
+        cost jsonschema's quadratic enum check)."""
+        if conj.types is not None and json_type(value) not in expand_types(conj.types) | (
+                {"number"} if "number" in conj.types else set()):
+            return False
+        for schema, loc in conj.sources:
+            if isinstance(schema, dict) and all(
+                    k in ("enum", "const", "type") or k not in CONSTRAINTS for k in schema):
+                continue
             validator = self._validator(loc.pointer)
             try:
                 if not validator.is_valid(value):
