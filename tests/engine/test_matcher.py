@@ -351,3 +351,47 @@ def test_gbnf_corpus_through_the_matcher(name, smollm2_vocab, smollm2_tokenize):
         m = Matcher(grammar, smollm2_vocab)
         assert not (m.accept_bytes(sample) and m.is_accepting()), f"{name}: accepted {sample!r}"
     walk(grammar, smollm2_vocab, seed=11, steps=25)
+
+
+REPEAT_PATTERNS = [
+    r"a{3,12}",
+    r"(ab?){2,9}c",
+    r"(x{2,9}y){1,10}",
+    r"((a|bc){0,8}-){3,9}",
+    r"([0-9]{1,12}(\.[0-9]{1,8})?,){0,5}",
+    r"(é{1,9}|z){2,3}",
+    r"q{0,40}(r{8,8}){0,2}",
+    r"(x{2,9}y){1,3}",
+    r"((a{8,10}b){2}c){0,9}",
+]
+
+
+@pytest.mark.parametrize("pattern", REPEAT_PATTERNS)
+def test_long_bounded_repetitions_match_python_regex(pattern):
+    # Large bounded repeats are copied lazily; masks and acceptance must still equal the
+    # language: checked against the `regex` module's partial (viable-prefix) matching.
+    regex = pytest.importorskip("regex")
+    from formcast.engine.vocab import Vocabulary
+
+    alphabet = sorted({c for c in pattern if c.isalnum() or c in "-.,é"})
+    tokens = [b""] + [c.encode() for c in alphabet]
+    vocab = Vocabulary.from_tokens(tokens, eos_ids=[0], special_ids=[0])
+    grammar = Grammar.from_regex(pattern)
+    compiled = regex.compile(pattern)
+    rng = random.Random(pattern)
+    for _ in range(40):
+        m = Matcher(grammar, vocab)
+        text = ""
+        for _ in range(rng.randint(0, 60)):
+            mask = m.next_token_mask()
+            for tid, char in enumerate(alphabet, start=1):
+                viable = compiled.fullmatch(text + char, partial=True) is not None
+                assert bool(mask[tid]) == viable, (pattern, text, char)
+            assert bool(mask[0]) == (compiled.fullmatch(text) is not None)
+            allowed = [t for t in np.nonzero(mask)[0].tolist() if t != 0]
+            if not allowed:
+                break
+            tid = rng.choice(allowed)
+            assert m.accept_token(tid)
+            text += alphabet[tid - 1]
+        assert m.is_accepting() == (compiled.fullmatch(text) is not None), (pattern, text)

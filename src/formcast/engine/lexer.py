@@ -36,6 +36,8 @@ from formcast.grammar.ir import (
 # A rule whose inlined automaton would exceed this many NFA states is kept as a call rule
 # even when it is not recursive: inlining is only an optimisation, calls are always correct.
 INLINE_LIMIT = 6000
+# Bounded repetitions with at least this many copies are copied lazily (see LazyRepeat).
+LAZY_REPEAT_MIN = 8
 MAX_NFA_STATES = 2_000_000
 
 
@@ -46,6 +48,8 @@ class _NFA:
     eps: list[list[int]] = field(default_factory=list)
     byte_edges: list[list[tuple[int, int, int]]] = field(default_factory=list)
     call_edges: list[list[tuple[int, int]]] = field(default_factory=list)
+    # exit state of a lazily copied repetition -> (the repetition, how many copies end there)
+    lazy_exits: dict[int, tuple[LazyRepeat, int]] = field(default_factory=dict)
 
     def new_state(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
@@ -57,6 +61,81 @@ class _NFA:
         self.byte_edges.append([])
         self.call_edges.append([])
         return len(self.eps) - 1
+
+
+class LazyRepeat:
+    """``item{min,max}`` with a large ``max``: one copy is built, the others when first needed.
+
+    ``x{0,400}`` would otherwise be 400 copies of ``x``'s automaton at compile time, although
+    a generation visits a handful. Copy ``i`` ends in an exit state; what follows it (copy
+    ``i+1``, and the repetition's end once ``min`` copies are done) is produced by
+    ``successors`` when the DFA construction first steps past that exit. Liveness of every
+    copy equals that of the first, computed once with the first exit leading to the end.
+    """
+
+    def __init__(self, nfa: _NFA, first: int, exit_: int, edges: list, copies: int,
+                 minimum: int, end: int, inner: list[tuple[LazyRepeat, int]]) -> None:
+        self.nfa = nfa
+        self.first = first
+        self.exit_offset = exit_ - first
+        self.edges = edges  # snapshot of the first copy's edges, absolute ids
+        self.copies = copies
+        self.minimum = minimum
+        self.end = end
+        self.inner = inner  # lazy repetitions inside the first copy: (record, its exit offset)
+        self.live: list[bool] | None = None  # liveness of the first copy's states
+        self.live_list: list[bool] | None = None  # the automaton's liveness, grown by copies
+        self._entries: dict[int, int] = {0: first}
+
+    def successors(self, done: int) -> list[int]:
+        """States reached by epsilon from the exit of copy ``done - 1``."""
+        out = []
+        if done < self.copies:
+            out.append(self._entry(done))
+        if done >= self.minimum:
+            out.append(self.end)
+        return out
+
+    def _entry(self, index: int) -> int:
+        got = self._entries.get(index)
+        if got is not None:
+            return got
+        nfa = self.nfa
+        entry = nfa.new_state()
+        delta = entry - self.first
+        for _ in range(len(self.edges) - 1):
+            nfa.new_state()
+        for i, (eps, byte_edges, call_edges) in enumerate(self.edges):
+            y = entry + i
+            nfa.eps[y] = [t + delta for t in eps]
+            nfa.byte_edges[y] = [(lo, hi, t + delta) for lo, hi, t in byte_edges]
+            nfa.call_edges[y] = [(name, t + delta) for name, t in call_edges]
+        for record, offset in self.inner:
+            clone = record.shifted(delta)
+            nfa.lazy_exits[record.first + offset + delta] = (clone, 1)
+        if self.live is not None:
+            self.live_list.extend(self.live)
+        nfa.lazy_exits[entry + self.exit_offset] = (self, index + 1)
+        self._entries[index] = entry
+        return entry
+
+    def shifted(self, delta: int) -> LazyRepeat:
+        """The same repetition inside a copy of an enclosing one, ``delta`` states later."""
+        clone = LazyRepeat(self.nfa, self.first + delta, self.first + self.exit_offset + delta,
+                           [([t + delta for t in eps], [(lo, hi, t + delta) for lo, hi, t in be],
+                             [(n, t + delta) for n, t in ce]) for eps, be, ce in self.edges],
+                           self.copies, self.minimum, self.end + delta,
+                           [(r.shifted(delta), off) for r, off in self.inner])
+        clone.live = self.live
+        clone.live_list = self.live_list
+        return clone
+
+    def bind_liveness(self, live: list[bool]) -> None:
+        """Record the first copy's liveness; later copies append theirs to ``live``."""
+        self.live = live[self.first: self.first + len(self.edges)]
+        self.live_list = live
+        for record, _ in self.inner:
+            record.bind_liveness(live)
 
 
 class Automaton:
@@ -139,12 +218,17 @@ class Automaton:
         if got is not None:
             return got
         live = self._live
-        eps = self._nfa.eps
+        nfa = self._nfa
+        lazy = nfa.lazy_exits
         seen = {s}
         stack = [s]
         while stack:
             x = stack.pop()
-            for y in eps[x]:
+            following = nfa.eps[x]
+            if x in lazy:
+                record, done = lazy[x]
+                following = following + record.successors(done)
+            for y in following:
                 if live[y] and y not in seen:
                     seen.add(y)
                     stack.append(y)
@@ -200,6 +284,8 @@ def compile_automaton(grammar: Grammar) -> Automaton:
             fragments[name] = builder.build_rule(name)
     nfa = builder.nfa
     live = _live_nfa_states(nfa, fragments, order)
+    for record in builder.lazy_repeats:
+        record.bind_liveness(live)
     auto = Automaton(nfa, fragments, order, live, grammar.start)
     _check_left_recursion(auto)
     auto.compile_seconds = time.perf_counter() - t0
@@ -285,6 +371,7 @@ class _Builder:
         self.nfa = _NFA()
         self._size_memo: dict[str, int] = {}
         self._utf8_memo: dict[CharSet, list[list[tuple[int, int]]]] = {}
+        self.lazy_repeats: list[LazyRepeat] = []
 
     def _utf8_paths(self, e: CharSet) -> list[list[tuple[int, int]]]:
         got = self._utf8_memo.get(e)
@@ -314,6 +401,8 @@ class _Builder:
             return 2 + sum(self._expr_size(i, path) for i in e.items)
         if isinstance(e, Repeat):
             copies = max(e.min, 1) if e.max is None else e.max
+            if e.max is not None and e.max >= LAZY_REPEAT_MIN:
+                copies = 2  # built lazily: the first copy now, the others on demand
             return 2 + copies * self._expr_size(e.item, path)
         if isinstance(e, Ref):
             if e.name in self.call_rules or e.name in path:
@@ -364,6 +453,9 @@ class _Builder:
 
     def _build_repeat(self, e: Repeat, start: int, end: int, path: tuple[str, ...]) -> None:
         nfa = self.nfa
+        if e.max is not None and e.max >= LAZY_REPEAT_MIN:
+            self._build_lazy_repeat(e, start, end, path)
+            return
         copies = e.min + (1 if e.max is None else e.max - e.min)
         template = None  # (first state, exit state, edges of each state) of the first copy
         cur = start
@@ -383,7 +475,7 @@ class _Builder:
                     for x in range(first, len(nfa.eps))])
             else:
                 # Later copies are the first one shifted: copying edges is much cheaper
-                # than compiling the item again (``maxLength: 400`` makes 400 copies).
+                # than compiling the item again.
                 exit_ = self._copy_fragment(template, entry)
             if optional and e.max is None:
                 nfa.eps[exit_].append(entry)  # item* loops on its single optional copy
@@ -391,6 +483,23 @@ class _Builder:
                 return
             cur = exit_
         nfa.eps[cur].append(end)
+
+    def _build_lazy_repeat(self, e: Repeat, start: int, end: int, path: tuple[str, ...]) -> None:
+        nfa = self.nfa
+        first = nfa.new_state()
+        nfa.eps[start].append(first)
+        if e.min == 0:
+            nfa.eps[start].append(end)
+        exit_ = nfa.new_state()
+        self._build(e.item, first, exit_, path)
+        stop = len(nfa.eps)
+        edges = [(list(nfa.eps[x]), list(nfa.byte_edges[x]), list(nfa.call_edges[x]))
+                 for x in range(first, stop)]
+        inner = [(rec, x - rec.first) for x, (rec, done) in nfa.lazy_exits.items()
+                 if first <= x < stop and done == 1 and first <= rec.first < stop]
+        record = LazyRepeat(nfa, first, exit_, edges, e.max, e.min, end, inner)
+        nfa.lazy_exits[exit_] = (record, 1)
+        self.lazy_repeats.append(record)
 
     def _copy_fragment(self, template: tuple[int, int, list], entry: int) -> int:
         """Duplicate the template's states so that its first state lands on ``entry`` (a
@@ -405,6 +514,12 @@ class _Builder:
             nfa.eps[y] = [t + delta for t in eps]
             nfa.byte_edges[y] = [(lo, hi, t + delta) for lo, hi, t in byte_edges]
             nfa.call_edges[y] = [(name, t + delta) for name, t in call_edges]
+        stop = first + len(edges)
+        for x, (record, done) in list(nfa.lazy_exits.items()):
+            if first <= x < stop and first <= record.first < stop:
+                clone = record.shifted(delta)
+                nfa.lazy_exits[x + delta] = (clone, done)
+                self.lazy_repeats.append(clone)
         return exit_ + delta
 
     def _build_ref(self, name: str, start: int, end: int, path: tuple[str, ...]) -> None:
@@ -438,6 +553,9 @@ def _live_nfa_states(nfa: _NFA, fragments: dict[str, tuple[int, int]],
             reverse[t].append(s)
         for name, t in nfa.call_edges[s]:
             call_reverse[t].append((name, s))
+    for x, (record, _) in nfa.lazy_exits.items():
+        # Stand-in for "the remaining copies, then the end": every copy is alike.
+        reverse[record.end].append(x)
     starts = {fragments[name][0]: name for name in order}
     live = [False] * n
     productive: set[str] = set()
