@@ -98,8 +98,14 @@ class LlamaCppRuntime:
     name = "llama.cpp"
 
     def __init__(self, model: str = "smollm2", *, n_ctx: int = 4096, n_threads: int | None = None,
-                 jump_forward: bool = True, verbose: bool = False) -> None:
+                 n_threads_batch: int | None = None, jump_forward: bool = True,
+                 verbose: bool = False) -> None:
         llama_cpp = _import_llama_cpp()
+        # Half the cores, and the same count for batches (prompt, jump-forward runs): ggml's
+        # threads spin at barriers, so with more threads than free cores a multi-token eval
+        # took 5-10x longer than a single-token one on a shared 2-core machine.
+        n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
+        n_threads_batch = n_threads_batch or n_threads
         self.model_path = resolve_model_path(model)
         self.jump_forward = jump_forward
         started = time.perf_counter()
@@ -108,7 +114,7 @@ class LlamaCppRuntime:
             with _without_extra_buffer_types(llama_cpp, disable_extra):
                 self.llm = llama_cpp.Llama(
                     model_path=self.model_path, n_ctx=n_ctx, n_threads=n_threads,
-                    logits_all=False, verbose=verbose)
+                    n_threads_batch=n_threads_batch, logits_all=False, verbose=verbose)
         except ValueError as exc:
             if not os.path.isfile(self.model_path):
                 raise ModelNotFoundError(f"model file not found: {self.model_path}") from exc
