@@ -105,3 +105,10 @@ def _one_leaf_broken(value, path=()):
             yield 12345
         else:
             yield "not a " + type(value).__name__
+
+
+@pytest.mark.parametrize("path", SCHEMAS, ids=[p.stem for p in SCHEMAS])
+def test_llama_cpp_parses_the_gbnf(path: Path) -> None:
+    llama_cpp = pytest.importorskip("llama_cpp")
+    grammar = compile_json_schema(json.loads(path.read_text()), strict=False, cache=None)
+    llama_cpp.LlamaGrammar.from_string(grammar.to_gbnf(), verbose=False)  # raises if refused
