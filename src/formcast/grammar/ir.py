@@ -123,9 +123,11 @@ def seq(*items: Expr) -> Expr:
 def choice(*items: Expr) -> Expr:
     """An alternation, flattening nested choices and dropping duplicates (order is kept)."""
     flat: list[Expr] = []
+    seen: set[Expr] = set()
     for item in items:
         for part in item.items if isinstance(item, Choice) else (item,):
-            if part not in flat:
+            if part not in seen:
+                seen.add(part)
                 flat.append(part)
     return flat[0] if len(flat) == 1 else Choice(tuple(flat))
 
