@@ -122,3 +122,12 @@ def test_invalid_schema_names_where() -> None:
 def test_schema_must_be_object_or_boolean() -> None:
     with pytest.raises(SchemaError):
         Validator(["not", "a", "schema"])
+
+
+def test_multiple_of_uses_decimal_arithmetic():
+    # 2609.95 / 0.01 is 260994.99999999997 in binary floats; JSON numbers are decimal.
+    v = Validator({"type": "number", "multipleOf": 0.01})
+    assert v.validate(2609.95) == []
+    assert v.validate(19.99) == []
+    errors = v.validate(2609.955)
+    assert errors and "multiple of" in errors[0].message

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import date, time
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import jsonschema
@@ -105,8 +106,27 @@ def _strict_integer(_checker: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
+def _decimal_multiple_of(validator: Any, divisor: Any, instance: Any, schema: Any) -> Iterator[_JsError]:
+    """``multipleOf`` in decimal arithmetic: JSON numbers are decimal, and binary floats
+    wrongly refuse e.g. 2609.95 as a multiple of 0.01 (the grammar, exact, accepts it)."""
+    if not validator.is_type(instance, "number"):
+        return
+    try:
+        quotient = Decimal(repr(instance)) / Decimal(repr(divisor))
+    except (InvalidOperation, ValueError):
+        yield from _JSONSCHEMA_MULTIPLE_OF(validator, divisor, instance, schema)
+        return
+    if quotient != quotient.to_integral_value():
+        yield _JsError(f"{instance!r} is not a multiple of {divisor!r}")
+
+
+_JSONSCHEMA_MULTIPLE_OF = Draft202012Validator.VALIDATORS["multipleOf"]
+
+_DecimalValidator = jsonschema.validators.extend(
+    Draft202012Validator, {"multipleOf": _decimal_multiple_of})
+
 _StrictIntegerValidator = jsonschema.validators.extend(
-    Draft202012Validator,
+    _DecimalValidator,
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
 )
 
@@ -128,7 +148,7 @@ class Validator:
         except jsonschema.SchemaError as exc:
             raise SchemaError(f"invalid schema: {_clip(exc.message, 160)}",
                               pointer=json_pointer(exc.absolute_path)) from None
-        cls = _StrictIntegerValidator if strict_integers else Draft202012Validator
+        cls = _StrictIntegerValidator if strict_integers else _DecimalValidator
         self.schema = schema
         self.strict_integers = strict_integers
         self.max_errors = max_errors
