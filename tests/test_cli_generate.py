@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 import pytest
 
 from formcast.cli import main
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -82,20 +78,8 @@ def test_generate_without_constraint_reports_unconstrained(capsys):
 
 
 @pytest.mark.model
-def test_generate_from_an_example_schema_is_schema_valid(capsys):
-    jsonschema = pytest.importorskip("jsonschema")
-    schema_path = EXAMPLES / "ticket_triage.schema.json"
-    code, out, err = _run(capsys, "generate", "--schema", str(schema_path), "--prompt-file",
-                          str(EXAMPLES / "ticket_triage.prompt.txt"), "--max-tokens", "256")
-    assert code == 0, err
-    value = json.loads(out)
-    jsonschema.validate(value, json.loads(schema_path.read_text()))
-    assert list(value) == ["reasoning", "category", "urgency"]  # the schema's field order
-
-
-@pytest.mark.model
 def test_demo_shows_both_outputs_with_verdicts(capsys):
-    code, out, _ = _run(capsys, "demo", "--task", "ticket_triage", "--max-tokens", "200")
+    code, out, _ = _run(capsys, "demo", "--task", "ticket_triage", "--max-tokens", "160")
     assert code == 0
     assert "=== unconstrained ===" in out and "=== formcast (constrained) ===" in out
     constrained = out.split("=== formcast (constrained) ===", 1)[1]

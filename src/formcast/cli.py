@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -258,6 +260,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     runtime = _load_runtime(args.model, progress)
     print(f"task: {args.task} ({schema_path.name}, {prompt_path.name}); model: "
           f"{os.path.basename(runtime.model_path)}; greedy, max {args.max_tokens} tokens\n")
+    panels = []
     for label, constraint in (("unconstrained", None), ("formcast (constrained)", grammar)):
         request = GenerationRequest(messages, constraint, schema, max_tokens=args.max_tokens)
         progress.start(f"generating {label}")
@@ -265,13 +268,37 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             result = run_generation(runtime, request, on_token=progress.tokens)
         finally:
             progress.done()
-        print(f"=== {label} ===")
-        print(result.text.strip() or "(empty)")
-        print(f"--- {_validity(result.text, schema)}")
-        print(_format_report(result, constrained=constraint is not None,
-                             unenforced=_unenforced(constraint)))
-        print()
+        report = _format_report(result, constrained=constraint is not None,
+                                unenforced=_unenforced(constraint))
+        panels.append((label, result.text.strip() or "(empty)",
+                       f"--- {_validity(result.text, schema)}\n{report}"))
+    width = args.width or shutil.get_terminal_size((100, 24)).columns
+    print(_side_by_side(panels, width) if width >= 120 else _stacked(panels))
     return 0
+
+
+def _stacked(panels: list[tuple[str, str, str]]) -> str:
+    return "\n\n".join(f"=== {label} ===\n{text}\n{footer}" for label, text, footer in panels)
+
+
+def _side_by_side(panels: list[tuple[str, str, str]], width: int, max_lines: int = 40) -> str:
+    """Two columns: each output wrapped to half the terminal, long outputs cut with a count."""
+    col = (width - 3) // 2
+
+    def column(label: str, text: str, footer: str) -> list[str]:
+        body = [piece for line in text.splitlines()
+                for piece in (textwrap.wrap(line, col, replace_whitespace=False,
+                                            drop_whitespace=False) or [""])]
+        if len(body) > max_lines:
+            body = body[:max_lines] + [f"... ({len(body) - max_lines} more lines)"]
+        tail = [piece for line in footer.splitlines() for piece in textwrap.wrap(line, col)]
+        return [f"=== {label} ===", *body, "", *tail]
+
+    left, right = (column(*panel) for panel in panels)
+    rows = max(len(left), len(right))
+    left += [""] * (rows - len(left))
+    right += [""] * (rows - len(right))
+    return "\n".join(f"{a:<{col}} | {b}".rstrip() for a, b in zip(left, right, strict=True))
 
 
 # ----------------------------------------------------------------------------- eval
@@ -434,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", default=str(EXAMPLES_DIR), help="examples folder")
     p.add_argument("--model", default="smollm2", help="smollm2 (default), gemma3 or a .gguf path")
     p.add_argument("--max-tokens", type=int, default=384, help="token budget (default 384)")
+    p.add_argument("--width", type=int, default=None,
+                   help="columns for the side-by-side view (default: the terminal's; "
+                        "below 120 the outputs are stacked)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("eval", help="compare constrained and unconstrained generation on prompts")

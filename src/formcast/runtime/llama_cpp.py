@@ -12,9 +12,10 @@ the sampled token, so a forced run costs one model call instead of one per token
 The tokenisation of forced text must be one the model could have produced itself, or the next
 logits are conditioned on an odd split. Two rules keep it safe:
 
-* the forced bytes are tokenised on their own; the split between the sampled token and the
-  forced text is left as it is (it falls between punctuation and letters almost always, where
-  the pre-tokenizer splits anyway);
+* the forced bytes are tokenised together with the token just sampled, and used only when
+  that tokenisation starts with the sampled token itself: otherwise the sampled token and the
+  forced text would merge in the tokenizer's own split (e.g. a sampled `` "c`` before a forced
+  ``urrency":``), the model would see an odd split, and nothing is forced at this step;
 * the *last* forced token is dropped and left for the model to sample under the mask, unless
   the forced text ends the output. Forced text such as ``"name": "`` could merge with the first
   free bytes into one token (`` "J``); sampling it lets the model choose that longer token.
@@ -22,6 +23,12 @@ logits are conditioned on an odd split. Two rules keep it safe:
 The forced tokens are then checked: their bytes must spell the forced prefix exactly and the
 matcher must accept each of them; otherwise nothing is forced at this step and decoding goes on
 token by token (always correct, only slower).
+
+On the invoice example the forced tokens are exactly the tokens greedy decoding picks one by
+one. Greedy outputs with and without jump-forward can still differ later: llama.cpp's logits
+for a token depend slightly on how many tokens share its batch (different matmul kernels), and
+two near-tied candidates (``"EUR"`` / ``"USD"``) can swap. Evaluating the same forced tokens one
+at a time reproduces the step-by-step output exactly.
 """
 
 from __future__ import annotations
@@ -378,8 +385,14 @@ class _DecodeLoop:
         return tokens
 
     def _safe_forced_tokens(self, forced: bytes, budget: int) -> list[int]:
-        tokens = self.llm.tokenize(forced, add_bos=False, special=False)
         token_bytes = self.rt.vocab.token_bytes
+        # Tokenise the forced text behind the token just sampled: if the tokenizer would merge
+        # that token with the forced bytes, the split is not one the model would make, so wait.
+        last = self.output[-1]
+        tokens = self.llm.tokenize(token_bytes[last] + forced, add_bos=False, special=False)
+        if not tokens or tokens[0] != last:
+            return []
+        tokens = tokens[1:]
         if b"".join(token_bytes[t] for t in tokens) != forced:
             return []  # the tokenizer added or changed bytes (space prefix, normalisation)
         probe = self.matcher.copy()
