@@ -395,3 +395,17 @@ def test_long_bounded_repetitions_match_python_regex(pattern):
             assert m.accept_token(tid)
             text += alphabet[tid - 1]
         assert m.is_accepting() == (compiled.fullmatch(text) is not None), (pattern, text)
+
+
+def test_mask_is_exact_deep_inside_a_long_bounded_string(smollm2_vocab):
+    # Regression: automaton states built lazily while a mask was being computed were read
+    # from a stale transition table, refusing every token longer than ~12 bytes mid-string.
+    grammar = Grammar.from_regex(r'"[^"\\]{0,400}"')
+    m = Matcher(grammar, smollm2_vocab)
+    assert m.accept_bytes(b'"The customer')
+    for chunk in (b"'s issue", b" is that the invoice", b" was charged twice"):
+        mask = m.next_token_mask()
+        refused = [t for t in range(smollm2_vocab.size) if m.copy().accept_token(t) != mask[t]]
+        assert refused == []
+        assert mask[[t for t, b in enumerate(smollm2_vocab.token_bytes) if b == b" " * 16]].all()
+        assert m.accept_bytes(chunk)

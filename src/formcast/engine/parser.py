@@ -199,7 +199,6 @@ class DenseStates:
         pending = ids[~self.filled[ids]]
         if pending.size == 0:
             return
-        trans = self.parser.auto.trans
         for sid in np.unique(pending).tolist():
             stacks = self.parser.closed(self.states[sid])
             accepting = self.parser.auto.accepting_list
@@ -209,7 +208,9 @@ class DenseStates:
                 self.filled[sid] = True
                 continue
             tops = np.array([st[-1] for st in stacks], dtype=np.int64)
-            rows = trans[tops]  # (k, 256): the successor of each stack's top, per byte
+            # Read the table only now: closing the stacks may have built (and so reallocated)
+            # automaton states.
+            rows = self.parser.auto.trans[tops]  # (k, 256): the successor of each stack's top, per byte
             # Group the 256 bytes by their column of successors (one int64 key per column
             # while it fits; np.unique over columns otherwise).
             radix = self.parser.auto.n_states + 1
