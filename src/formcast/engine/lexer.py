@@ -492,6 +492,7 @@ class _Builder:
             nfa.eps[start].append(end)
         exit_ = nfa.new_state()
         self._build(e.item, first, exit_, path)
+        exit_ = self._compact_fragment(first, exit_)
         stop = len(nfa.eps)
         edges = [(list(nfa.eps[x]), list(nfa.byte_edges[x]), list(nfa.call_edges[x]))
                  for x in range(first, stop)]
@@ -500,6 +501,76 @@ class _Builder:
         record = LazyRepeat(nfa, first, exit_, edges, e.max, e.min, end, inner)
         nfa.lazy_exits[exit_] = (record, 1)
         self.lazy_repeats.append(record)
+
+    def _compact_fragment(self, first: int, exit_: int) -> int:
+        """Replace the just-built states ``[first, end of NFA)`` by their determinised form
+        when that is smaller; return the (possibly new) exit state.
+
+        A lazily repeated item is copied once per repetition reached, so its size matters:
+        a JSON string character with every escape spelled exactly is ~90 NFA states but
+        ~25 DFA states. Only plain byte fragments qualify (no rule calls, no inner lazy
+        repetitions); ``first`` keeps its id, the exit becomes the last state.
+        """
+        nfa = self.nfa
+        stop = len(nfa.eps)
+        if any(nfa.call_edges[x] for x in range(first, stop)) or \
+                any(first <= x < stop for x in nfa.lazy_exits):
+            return exit_
+        memo: dict[int, frozenset[int]] = {}
+
+        def closure(x: int) -> frozenset[int]:
+            got = memo.get(x)
+            if got is None:
+                seen = {x}
+                work = [x]
+                while work:
+                    for y in nfa.eps[work.pop()]:
+                        if y not in seen:
+                            seen.add(y)
+                            work.append(y)
+                got = memo[x] = frozenset(seen)
+            return got
+
+        ids: dict[frozenset[int], int] = {}
+        order: list[frozenset[int]] = []
+        rows: list[list[tuple[int, int, int]]] = []
+
+        def intern(states: frozenset[int]) -> int:
+            got = ids.get(states)
+            if got is None:
+                got = ids[states] = len(order)
+                order.append(states)
+            return got
+
+        intern(closure(first))
+        i = 0
+        while i < len(order):
+            edges = [(lo, hi, t) for x in order[i] for lo, hi, t in nfa.byte_edges[x]]
+            row: list[tuple[int, int, int]] = []
+            if edges:
+                points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+                for a, b in zip(points, points[1:], strict=False):
+                    targets = frozenset().union(*(closure(t) for lo, hi, t in edges
+                                                  if lo <= a and b - 1 <= hi))
+                    if targets:
+                        target = intern(targets)
+                        if row and row[-1][1] == a - 1 and row[-1][2] == target:
+                            row[-1] = (row[-1][0], b - 1, target)
+                        else:
+                            row.append((a, b - 1, target))
+            rows.append(row)
+            i += 1
+            if len(order) >= stop - first:
+                return exit_  # not smaller: keep the NFA as built
+        del nfa.eps[first:], nfa.byte_edges[first:], nfa.call_edges[first:]
+        for _ in range(len(order) + 1):
+            nfa.new_state()
+        new_exit = first + len(order)
+        for k, states in enumerate(order):
+            nfa.byte_edges[first + k] = [(lo, hi, first + t) for lo, hi, t in rows[k]]
+            if exit_ in states:
+                nfa.eps[first + k].append(new_exit)
+        return new_exit
 
     def _copy_fragment(self, template: tuple[int, int, list], entry: int) -> int:
         """Duplicate the template's states so that its first state lands on ``entry`` (a

@@ -176,6 +176,7 @@ class DenseStates:
         self.table = np.full((capacity, 256), self.UNFILLED, dtype=np.int32)
         self.finishes = np.zeros(capacity, dtype=bool)
         self.filled = np.zeros(capacity, dtype=bool)
+        self._plain_ids: dict[int, int] = {}  # DFA state q -> id of the state {(q,)}
 
     def __len__(self) -> int:
         return len(self.states)
@@ -194,6 +195,26 @@ class DenseStates:
         self.states.append(state)
         return idx
 
+    def _fill_plain_row(self, sid: int, q: int) -> None:
+        """Row of a state that is the single one-frame stack ``(q,)``: every byte leads to the
+        one-frame stack of the DFA successor, so the row is the DFA row renumbered (the
+        common case: any non-recursive grammar, and inside every lexeme)."""
+        row = self.parser.auto.trans[q]
+        targets = np.unique(row[row >= 0])
+        lookup = self._plain_ids
+        numbered = np.empty(targets.size, dtype=np.int32)
+        for i, t in enumerate(targets.tolist()):
+            got = lookup.get(t)
+            if got is None:
+                got = self.intern(frozenset(((t,),)))
+                lookup[t] = got
+            numbered[i] = got
+        out = np.full(256, -1, dtype=np.int32)
+        ok = row >= 0
+        out[ok] = numbered[np.searchsorted(targets, row[ok])]
+        self.table[sid] = out
+        self.filled[sid] = True
+
     def ensure_rows(self, ids: np.ndarray) -> None:
         """Fill the transition rows of the given state ids that are not filled yet."""
         pending = ids[~self.filled[ids]]
@@ -203,6 +224,9 @@ class DenseStates:
             stacks = self.parser.closed(self.states[sid])
             accepting = self.parser.auto.accepting_list
             self.finishes[sid] = any(len(st) == 1 and accepting[st[-1]] for st in stacks)
+            if len(stacks) == 1 and len(stacks[0]) == 1:
+                self._fill_plain_row(sid, stacks[0][0])
+                continue
             if not stacks:
                 self.table[sid] = -1
                 self.filled[sid] = True
