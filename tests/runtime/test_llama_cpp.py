@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -11,6 +14,7 @@ pytest.importorskip("llama_cpp")
 
 from formcast.errors import GenerationError, ModelNotFoundError  # noqa: E402
 from formcast.grammar.ir import Grammar  # noqa: E402
+from formcast.pipeline.prompt import schema_messages  # noqa: E402
 from formcast.runtime.base import Runtime  # noqa: E402
 from formcast.runtime.llama_cpp import LlamaCppRuntime  # noqa: E402
 from formcast.runtime.sampling import restrict  # noqa: E402
@@ -30,7 +34,7 @@ ws ::= " "?
 
 @pytest.fixture(scope="module")
 def runtime() -> LlamaCppRuntime:
-    return LlamaCppRuntime("smollm2", n_ctx=1024)
+    return LlamaCppRuntime("smollm2", n_ctx=2048)
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +128,35 @@ def test_clear_errors(runtime, prompt):
         runtime.generate(prompt, max_tokens=5000)
     with pytest.raises(GenerationError, match="max_tokens"):
         runtime.generate(prompt, max_tokens=0)
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize("task", ["invoice", "ticket_triage", "tool_call"])
+def test_example_schemas_give_schema_valid_json(runtime, task):
+    """The guarantee users rely on: constrained output parses and validates, formats included,
+    whenever the compile report lists nothing unenforced."""
+    schema = json.loads((EXAMPLES / f"{task}.schema.json").read_text())
+    grammar = Grammar.from_json_schema(schema, strict=False)
+    assert not grammar.report.unenforced
+    prompt = runtime.format_chat(
+        schema_messages(schema, (EXAMPLES / f"{task}.prompt.txt").read_text()))
+    result = runtime.generate(prompt, grammar=grammar, max_tokens=600)
+    assert result.finish_reason in ("eos", "grammar"), result.text
+    validator = jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    assert list(validator.iter_errors(json.loads(result.text))) == []
+
+
+def test_gemma3_with_its_262k_vocabulary_and_builtin_chat_template():
+    gemma = LlamaCppRuntime("gemma3", n_ctx=512)
+    assert gemma.vocab.size == 262144
+    prompt = gemma.format_chat([{"role": "system", "content": "Answer in JSON."},
+                                {"role": "user", "content": "What is the capital of France?"}])
+    assert prompt == ("<start_of_turn>user\nAnswer in JSON.\n\nWhat is the capital of France?"
+                      "<end_of_turn>\n<start_of_turn>model\n")
+    assert gemma.tokenize_prompt(prompt)[0] == gemma.llm.token_bos()  # BOS added exactly once
+    pattern = r'\{"capital": "[A-Z][a-z]{1,12}"\}'
+    result = gemma.generate(prompt, grammar=Grammar.from_regex(pattern), max_tokens=24)
+    assert re.fullmatch(pattern, result.text), result.text

@@ -254,7 +254,9 @@ class LlamaCppRuntime:
         loop.prefill(prompt_tokens)
         finish = loop.run(max_tokens)
         total = time.perf_counter() - started
-        text = self.llm.detokenize(loop.output).decode("utf-8", errors="replace")
+        # The vocabulary's bytes are the ones the matcher checked, so the text is exactly the
+        # string the grammar accepted (llama.cpp's detokenizer may trim a leading space).
+        text = self.vocab.decode(loop.output).decode("utf-8", errors="replace")
         stats = matcher.stats if matcher is not None else None
         return GenerationResult(
             text=text,
