@@ -66,6 +66,11 @@ class Parser:
         self._closure_memo[stack] = result
         return result
 
+    def _is_final(self, q: int) -> bool:
+        """Whether DFA state ``q`` can only end its rule (accepting, no bytes, no calls)."""
+        self.auto.ensure(q)
+        return self._accepting[q] and not self._has_bytes[q] and not self._calls[q]
+
     def frame_can_finish(self, q: int) -> bool:
         """Whether the frame at DFA state ``q`` can end before another byte."""
         return self._top_closure(q)[1]
@@ -95,7 +100,13 @@ class Parser:
             if len(st) < MAX_STACK_DEPTH:
                 below = st[:-1]
                 for rule, ret in self._calls[top]:
-                    nxt = below + (ret, rule_start[rule])
+                    if self._is_final(ret):
+                        # A tail call: the frame would only return and end, so it is not
+                        # kept (right recursion such as list ::= item ("," list)? then runs
+                        # in constant stack, and its states repeat, so masks are cached).
+                        nxt = below + (rule_start[rule],)
+                    else:
+                        nxt = below + (ret, rule_start[rule])
                     if nxt not in seen:
                         seen.add(nxt)
                         work.append(nxt)
