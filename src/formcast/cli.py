@@ -277,8 +277,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stacked(panels: list[tuple[str, str, str]]) -> str:
-    return "\n\n".join(f"=== {label} ===\n{text}\n{footer}" for label, text, footer in panels)
+def _stacked(panels: list[tuple[str, str, str]], max_lines: int = 40) -> str:
+    def cut(text: str) -> str:
+        lines = text.splitlines()
+        if len(lines) <= max_lines:
+            return text
+        return "\n".join(lines[:max_lines] + [f"... ({len(lines) - max_lines} more lines)"])
+
+    return "\n\n".join(f"=== {label} ===\n{cut(text)}\n{footer}"
+                        for label, text, footer in panels)
 
 
 def _side_by_side(panels: list[tuple[str, str, str]], width: int, max_lines: int = 40) -> str:
@@ -460,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="example name in examples/ (invoice, ticket_triage, tool_call)")
     p.add_argument("--examples", default=str(EXAMPLES_DIR), help="examples folder")
     p.add_argument("--model", default="smollm2", help="smollm2 (default), gemma3 or a .gguf path")
-    p.add_argument("--max-tokens", type=int, default=384, help="token budget (default 384)")
+    p.add_argument("--max-tokens", type=int, default=640, help="token budget (default 640)")
     p.add_argument("--width", type=int, default=None,
                    help="columns for the side-by-side view (default: the terminal's; "
                         "below 120 the outputs are stacked)")
