@@ -114,7 +114,9 @@ def test_full_match_agrees_with_python(pattern: tuple[str, str], texts: list[str
     ecma, py = pattern
     compiled = _python(py)
     grammar = Grammar({"root": regex_to_expr(ecma)})
-    texts = texts + [data.draw(st.from_regex(compiled, fullmatch=True), label="positive")]
+    # Positives from the same alphabet: outside it ECMA and Python (re.ASCII) disagree on \s.
+    texts = texts + [data.draw(st.from_regex(compiled, fullmatch=True, alphabet=ALPHABET),
+                               label="positive")]
     for text in texts:
         expected = compiled.fullmatch(text) is not None
         assert recognizes(grammar, text.encode()) == expected, (ecma, text)

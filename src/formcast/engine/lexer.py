@@ -283,7 +283,12 @@ def compile_automaton(grammar: Grammar) -> Automaton:
             order.append(name)
             fragments[name] = builder.build_rule(name)
     nfa = builder.nfa
-    live = _live_nfa_states(nfa, fragments, order)
+    if builder.may_die or not _rules_productive(rules, set(order)):
+        live = _live_nfa_states(nfa, fragments, order)
+    else:
+        # Thompson fragments of expressions that all match something: every state can
+        # reach its rule's end.
+        live = [True] * len(nfa.eps)
     for record in builder.lazy_repeats:
         record.bind_liveness(live)
     auto = Automaton(nfa, fragments, order, live, grammar.start)
@@ -372,6 +377,9 @@ class _Builder:
         self._size_memo: dict[str, int] = {}
         self._utf8_memo: dict[CharSet, list[list[tuple[int, int]]]] = {}
         self.lazy_repeats: list[LazyRepeat] = []
+        # Set when something that matches nothing was built: only then can NFA states be
+        # dead (unable to reach their rule's end), and liveness must be computed.
+        self.may_die = False
 
     def _utf8_paths(self, e: CharSet) -> list[list[tuple[int, int]]]:
         got = self._utf8_memo.get(e)
@@ -421,10 +429,13 @@ class _Builder:
             if not e.data:
                 nfa.eps[start].append(end)
         elif isinstance(e, ByteSet):
+            self.may_die |= not e.ranges
             for lo, hi in e.ranges:
                 nfa.byte_edges[start].append((lo, hi, end))
         elif isinstance(e, CharSet):
-            for byte_ranges in self._utf8_paths(e):
+            paths = self._utf8_paths(e)
+            self.may_die |= not paths
+            for byte_ranges in paths:
                 cur = start
                 for i, (blo, bhi) in enumerate(byte_ranges):
                     nxt = end if i == len(byte_ranges) - 1 else nfa.new_state()
@@ -440,6 +451,7 @@ class _Builder:
                 self._build(item, cur, nxt, path)
                 cur = nxt
         elif isinstance(e, Choice):
+            self.may_die |= not e.items
             for item in e.items:
                 s = nfa.new_state()
                 nfa.eps[start].append(s)
@@ -605,6 +617,37 @@ class _Builder:
 
 
 # ----------------------------------------------------------------------------- liveness
+
+
+def _rules_productive(rules: Mapping[str, Expr], names: set[str]) -> bool:
+    """Whether every rule in ``names`` derives at least one string (fixpoint over the IR)."""
+    productive: set[str] = set()
+
+    def derives(e: Expr) -> bool:
+        if isinstance(e, Literal):
+            return True
+        if isinstance(e, ByteSet):
+            return bool(e.ranges)
+        if isinstance(e, CharSet):
+            return bool(e.codepoint_ranges())
+        if isinstance(e, Seq):
+            return all(derives(i) for i in e.items)
+        if isinstance(e, Choice):
+            return any(derives(i) for i in e.items)
+        if isinstance(e, Repeat):
+            return e.min == 0 or derives(e.item)
+        if isinstance(e, Ref):
+            return e.name in productive
+        return False
+
+    changed = True
+    while changed:
+        changed = False
+        for name, body in rules.items():
+            if name not in productive and derives(body):
+                productive.add(name)
+                changed = True
+    return names <= productive
 
 
 def _live_nfa_states(nfa: _NFA, fragments: dict[str, tuple[int, int]],
