@@ -27,6 +27,10 @@ from formcast.engine.token_trie import TokenTrie, concat_ranges
 MASK_CACHE_BYTES = 256 * 1024 * 1024
 # A state that loops on at least this many bytes gets its looping tokens from a slice.
 SLICE_MIN_BYTES = 32
+# Below this many live trie nodes holding at most SCALAR_TOKENS tokens, the walk goes on
+# token by token in Python (cheaper than numpy calls per level for a handful of tokens).
+SCALAR_NODES = 32
+SCALAR_TOKENS = 256
 # Upper bound on numbered parser states kept for token walks (1 KiB of table each).
 DENSE_STATE_LIMIT = 100_000
 
@@ -68,6 +72,15 @@ def classify_tokens(dense: DenseStates, table: TokenTable, base: int) -> StateVe
     state = np.array([base], dtype=np.int64)
     flag = np.zeros(1, dtype=bool)
     for level in range(1, trie.max_len + 1):
+        if live.size <= SCALAR_NODES and level > 1:
+            lo_rows = trie.node_row[level - 1][live]
+            hi_rows = trie.node_hi[level - 1][live]
+            if int((hi_rows - lo_rows).sum()) <= SCALAR_TOKENS:
+                # Few tokens left below few nodes: numpy's per-call cost would dominate a
+                # level-by-level walk of their remaining bytes; walk them one by one.
+                _walk_rows(dense, table, level - 1, lo_rows, hi_rows, state, flag,
+                           allowed_rows, needs)
+                break
         dense.ensure_rows(state)
         if level > 1:
             # Tokens going on below a node pass its state: if the base frame can end there,
@@ -110,6 +123,41 @@ def classify_tokens(dense: DenseStates, table: TokenTable, base: int) -> StateVe
     allowed[trie.ids[allowed_rows]] = True
     needs_ids = trie.ids[np.concatenate(needs)] if needs else np.zeros(0, np.int64)
     return StateVerdict(allowed, needs_ids)
+
+
+def _walk_rows(dense: DenseStates, table: TokenTable, depth: int, lo_rows: np.ndarray,
+               hi_rows: np.ndarray, states: np.ndarray, flags: np.ndarray,
+               allowed_rows: np.ndarray, needs: list[np.ndarray]) -> None:
+    """Finish ``classify_tokens`` token by token: the rows below each live node at ``depth``
+    (which sit in ``states`` with ``flags``) continue from byte ``depth`` on."""
+    trie = table.trie
+    token_bytes = table.token_bytes
+    lens = trie.lens
+    filled = dense.filled
+    needing: list[int] = []
+    for lo, hi, start, flag in zip(lo_rows.tolist(), hi_rows.tolist(), states.tolist(),
+                                   flags.tolist(), strict=True):
+        for row in range(lo, hi):
+            if lens[row] <= depth:
+                continue  # ended at this node: already decided
+            data = token_bytes[trie.ids[row]]
+            st = start
+            passed = flag
+            for i in range(depth, len(data)):
+                if not filled[st]:
+                    dense.ensure_rows(np.array([st]))
+                    filled = dense.filled
+                if i >= 1 and dense.finishes[st]:
+                    passed = True
+                st = int(dense.table[st, data[i]])
+                if st < 0:
+                    if passed:
+                        needing.append(row)
+                    break
+            else:
+                allowed_rows[row] = True
+    if needing:
+        needs.append(np.array(needing, dtype=np.int64))
 
 
 def _slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np.ndarray | None, np.ndarray]:
