@@ -79,7 +79,7 @@ def test_generate_without_constraint_reports_unconstrained(capsys):
 
 @pytest.mark.model
 def test_demo_shows_both_outputs_with_verdicts(capsys):
-    code, out, _ = _run(capsys, "demo", "--task", "ticket_triage", "--max-tokens", "160")
+    code, out, _ = _run(capsys, "demo", "--task", "ticket_triage", "--max-tokens", "120")
     assert code == 0
     assert "=== unconstrained ===" in out and "=== formcast (constrained) ===" in out
     constrained = out.split("=== formcast (constrained) ===", 1)[1]

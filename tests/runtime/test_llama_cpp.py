@@ -133,7 +133,9 @@ def test_clear_errors(runtime, prompt):
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-@pytest.mark.parametrize("task", ["invoice", "ticket_triage", "tool_call"])
+# The invoice example (~450 output tokens, ~15 s) runs in benchmarks/bench_generate.py and the
+# demo; these two keep the suite's model time modest.
+@pytest.mark.parametrize("task", ["ticket_triage", "tool_call"])
 def test_example_schemas_give_schema_valid_json(runtime, task):
     """The guarantee users rely on: constrained output parses and validates, formats included,
     whenever the compile report lists nothing unenforced."""
@@ -142,7 +144,7 @@ def test_example_schemas_give_schema_valid_json(runtime, task):
     assert not grammar.report.unenforced
     prompt = runtime.format_chat(
         schema_messages(schema, (EXAMPLES / f"{task}.prompt.txt").read_text()))
-    result = runtime.generate(prompt, grammar=grammar, max_tokens=600)
+    result = runtime.generate(prompt, grammar=grammar, max_tokens=400)
     assert result.finish_reason in ("eos", "grammar"), result.text
     validator = jsonschema.Draft202012Validator(
         schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
