@@ -50,6 +50,17 @@ def test_bad_regex_and_gbnf_are_reported_with_position(capsys, tmp_path):
     assert code == 2 and "missing" in err
 
 
+def test_unsupported_keywords_under_strict_and_invalid_schemas_are_named(capsys, tmp_path):
+    unique = tmp_path / "unique.json"
+    unique.write_text('{"type": "array", "items": {"type": "string"}, "uniqueItems": true}')
+    code, _, err = _run(capsys, "generate", "--schema", str(unique), "--prompt", "x", "--strict")
+    assert code == 2 and "/uniqueItems" in err and "cannot be enforced" in err
+    invalid = tmp_path / "invalid.json"
+    invalid.write_text('{"type": "object", "properties": {"a": {"type": 5}}}')
+    code, _, err = _run(capsys, "generate", "--schema", str(invalid), "--prompt", "x")
+    assert code == 2 and "/properties/a/type" in err
+
+
 def test_constraint_and_prompt_are_required(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["generate", "--prompt", "x"])

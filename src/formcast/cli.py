@@ -204,6 +204,8 @@ def _format_report(result: GenerationResult, *, constrained: bool,
                          + "; ".join(unenforced))
     else:
         lines.append("unconstrained")
+    if result.finish_reason == "length":
+        lines.append("stopped at the token budget: the output is incomplete (raise --max-tokens)")
     return "\n".join(lines)
 
 
