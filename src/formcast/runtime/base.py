@@ -7,6 +7,7 @@ clipped probability mass computed from the real logits).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -55,11 +56,12 @@ class Runtime(Protocol):
 
     def generate(self, prompt: str, *, grammar: Any = None, max_tokens: int = 512,
                  temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
-                 ) -> GenerationResult:
+                 on_token: Callable[[int], None] | None = None) -> GenerationResult:
         """Generate from a fully formatted prompt (chat template already applied).
 
         ``grammar`` is a ``formcast.grammar.ir.Grammar`` (compiled and cached per vocabulary by
-        the runtime) or ``None`` for unconstrained generation.
+        the runtime) or ``None`` for unconstrained generation. ``on_token`` (optional) is
+        called with the number of tokens produced so far, for progress displays.
         """
         ...
 
