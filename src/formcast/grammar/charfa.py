@@ -582,18 +582,18 @@ def _cyclic_states(edges: list[dict[int, list[tuple[int, int]]]]) -> set[int]:
     return out
 
 
-def _size(e: Expr, memo: dict[int, int]) -> int:
+def _size(e: Expr, memo: dict[int, tuple[Expr, int]]) -> int:
     key = id(e)
     got = memo.get(key)
     if got is not None:
-        return got
+        return got[1]
     if isinstance(e, Seq | Choice):
         n = 1 + sum(_size(x, memo) for x in e.items)
     elif isinstance(e, Repeat):
         n = 1 + _size(e.item, memo)
     else:
         n = 1
-    memo[key] = n
+    memo[key] = (e, n)
     return n
 
 
@@ -613,7 +613,7 @@ def _eliminate(d: DFA, edges: list[dict[int, list[tuple[int, int]]]],
     for s, outs in R.items():
         for t in outs:
             incoming[t].add(s)
-    sizes: dict[int, int] = {}
+    sizes: dict[int, tuple[Expr, int]] = {}
     remaining = set(range(n))
     while remaining:
         k = min(remaining, key=lambda s: (len(incoming[s] - {s}) * len(set(R[s]) - {s}), s))

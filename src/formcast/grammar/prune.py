@@ -4,69 +4,135 @@ Rules a reader should see (definitions, named properties, shared primitives such
 and ``string``) are kept; helper rules used once and aliases are folded into their user. The
 engine inlines non-recursive rules anyway, so this is about readable GBNF and honest rule
 counts, not speed.
+
+Inlining goes one rule at a time (the alphabetically first candidate), because each step can
+change the reference counts that decide the next one. Expressions are immutable and shared, so
+the reference counts under each node and the re-normalised form of each node are memoised by
+node: a step only rebuilds the paths that lead to the inlined reference.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Mapping
 
-from formcast.grammar.ir import Choice, Expr, Literal, Ref, Repeat, Seq, iter_refs, repeat, seq
+from formcast.grammar.ir import Choice, Expr, Literal, Ref, Repeat, Seq, repeat, seq
 from formcast.grammar.json_text import union
+
+PRIMITIVES = frozenset({"ws", "string", "number", "integer", "char", "unicode-escape", "value",
+                        "object", "array"})
+_NO_REFS: Mapping[str, int] = {}
 
 
 def prune_rules(rules: dict[str, Expr], keep: set[str]) -> dict[str, Expr]:
     """Drop unreachable rules and inline helper rules used once (and not recursive)."""
-    prims = {"ws", "string", "number", "integer", "char", "unicode-escape", "value", "object",
-             "array"}
-    rules = dict(rules)
-    while True:
-        live = _reachable(rules, "root")
-        rules = {k: v for k, v in rules.items() if k in live}
-        counts: Counter[str] = Counter()
-        for body in rules.values():
-            counts.update(iter_refs(body))
-        inline = {name for name, n in counts.items()
-                  if (n == 1 or isinstance(rules[name], Ref | Literal) and name not in keep)
-                  and name not in keep and name not in prims and name != "root"
-                  and not name.startswith(("value-d", "object-d", "array-d"))
-                  and name not in _reachable_from_body(rules, name)}
-        if not inline:
-            return rules
-        name = sorted(inline)[0]
-        body = rules.pop(name)
-        rules = {k: (_substitute(v, name, body) if name in set(iter_refs(v)) else v)
-                 for k, v in rules.items()}
+    return _Pruner(keep).run(dict(rules))
 
 
-def _reachable(rules: dict[str, Expr], start: str) -> set[str]:
-    seen = {start}
-    stack = [start]
-    while stack:
-        for ref_name in iter_refs(rules[stack.pop()]):
-            if ref_name not in seen:
-                seen.add(ref_name)
-                stack.append(ref_name)
-    return seen
+class _Pruner:
+    def __init__(self, keep: set[str]) -> None:
+        self.keep = keep
+        # id(node) -> (node, value): the node is held so that its id cannot be reused
+        self._refs: dict[int, tuple[Expr, Mapping[str, int]]] = {}
+        self._normal: dict[int, tuple[Expr, Expr]] = {}
 
+    def run(self, rules: dict[str, Expr]) -> dict[str, Expr]:
+        while True:
+            live = self._reachable(rules, "root")
+            for name in [k for k in rules if k not in live]:
+                del rules[name]
+            counts: dict[str, int] = {}
+            for body in rules.values():
+                for ref_name, n in self.refs(body).items():
+                    counts[ref_name] = counts.get(ref_name, 0) + n
+            candidates = sorted(
+                name for name, n in counts.items()
+                if (n == 1 or isinstance(rules[name], Ref | Literal) and name not in self.keep)
+                and name not in self.keep and name not in PRIMITIVES and name != "root"
+                and not name.startswith(("value-d", "object-d", "array-d")))
+            name = next((c for c in candidates if c not in self._reachable_from_body(rules, c)),
+                        None)
+            if name is None:
+                return rules
+            body = rules.pop(name)
+            for k, v in rules.items():
+                if name in self.refs(v):
+                    rules[k] = self._substitute(v, name, body, {})
 
-def _reachable_from_body(rules: dict[str, Expr], name: str) -> set[str]:
-    seen: set[str] = set()
-    stack = list(iter_refs(rules[name]))
-    while stack:
-        r = stack.pop()
-        if r not in seen:
-            seen.add(r)
-            stack.extend(iter_refs(rules[r]))
-    return seen
+    # -- reference counts per node (occurrences, as a tree walk counts them)
 
+    def refs(self, expr: Expr) -> Mapping[str, int]:
+        got = self._refs.get(id(expr))
+        if got is not None:
+            return got[1]
+        if isinstance(expr, Ref):
+            out: Mapping[str, int] = {expr.name: 1}
+        elif isinstance(expr, Seq | Choice):
+            merged: dict[str, int] = {}
+            for item in expr.items:
+                for k, n in self.refs(item).items():
+                    merged[k] = merged.get(k, 0) + n
+            out = merged or _NO_REFS
+        elif isinstance(expr, Repeat):
+            out = self.refs(expr.item)
+        else:
+            out = _NO_REFS
+        self._refs[id(expr)] = (expr, out)
+        return out
 
-def _substitute(expr: Expr, name: str, body: Expr) -> Expr:
-    if isinstance(expr, Ref):
-        return body if expr.name == name else expr
-    if isinstance(expr, Seq):
-        return seq(*(_substitute(x, name, body) for x in expr.items))
-    if isinstance(expr, Choice):
-        return union(_substitute(x, name, body) for x in expr.items)
-    if isinstance(expr, Repeat):
-        return repeat(_substitute(expr.item, name, body), expr.min, expr.max)
-    return expr
+    def _reachable(self, rules: dict[str, Expr], start: str) -> set[str]:
+        seen = {start}
+        stack = [start]
+        while stack:
+            for ref_name in self.refs(rules[stack.pop()]):
+                if ref_name not in seen:
+                    seen.add(ref_name)
+                    stack.append(ref_name)
+        return seen
+
+    def _reachable_from_body(self, rules: dict[str, Expr], name: str) -> set[str]:
+        seen: set[str] = set()
+        stack = list(self.refs(rules[name]))
+        while stack:
+            r = stack.pop()
+            if r not in seen:
+                seen.add(r)
+                stack.extend(self.refs(rules[r]))
+        return seen
+
+    # -- rebuilding
+
+    def _normalised(self, expr: Expr) -> Expr:
+        """``expr`` rebuilt through the IR constructors (what substituting a name that does
+        not occur in it gives); the node itself when that changes nothing."""
+        got = self._normal.get(id(expr))
+        if got is not None:
+            return got[1]
+        if isinstance(expr, Seq | Choice):
+            items = [self._normalised(x) for x in expr.items]
+            out = seq(*items) if isinstance(expr, Seq) else union(items)
+        elif isinstance(expr, Repeat):
+            out = repeat(self._normalised(expr.item), expr.min, expr.max)
+        else:
+            out = expr
+        if out is not expr and out == expr:
+            out = expr
+        self._normal[id(expr)] = (expr, out)
+        return out
+
+    def _substitute(self, expr: Expr, name: str, body: Expr, memo: dict[int, tuple[Expr, Expr]]) -> Expr:
+        if name not in self.refs(expr):
+            return self._normalised(expr)
+        got = memo.get(id(expr))
+        if got is not None:
+            return got[1]
+        if isinstance(expr, Ref):
+            out = body
+        elif isinstance(expr, Seq):
+            out = seq(*(self._substitute(x, name, body, memo) for x in expr.items))
+        elif isinstance(expr, Choice):
+            out = union(self._substitute(x, name, body, memo) for x in expr.items)
+        else:
+            assert isinstance(expr, Repeat)
+            out = repeat(self._substitute(expr.item, name, body, memo), expr.min, expr.max)
+        memo[id(expr)] = (expr, out)
+        return out
