@@ -128,7 +128,6 @@ class Matcher:
         self._eos = frozenset(int(t) for t in compiled.table.eos_ids)
         self._token_bytes = compiled.table.token_bytes
         self._history: list[State] = [self._parser.initial]
-        self._token_counts: list[int] = []  # bytes-history length after each accepted token
         self._terminated = False
         self._mask_times: list[float] = []
 
@@ -190,7 +189,6 @@ class Matcher:
             if self.is_accepting():
                 self._terminated = True
                 self._history.append(self.state)
-                self._token_counts.append(len(self._history))
                 return True
             return False
         if not 0 <= token_id < len(self._token_bytes):
@@ -203,7 +201,6 @@ class Matcher:
         if not nxt:
             return False
         self._history.append(nxt)
-        self._token_counts.append(len(self._history))
         return True
 
     def accept_tokens(self, token_ids: Iterable[int]) -> bool:
@@ -220,25 +217,23 @@ class Matcher:
         if not nxt:
             return False
         self._history.append(nxt)
-        self._token_counts.append(len(self._history))
         return True
 
     def rollback(self, n_tokens: int = 1) -> None:
         """Undo the last ``n_tokens`` accepted tokens (or ``accept_bytes`` calls)."""
-        if n_tokens < 0 or n_tokens > len(self._token_counts):
+        accepted = len(self._history) - 1  # one history entry per accepted step
+        if n_tokens < 0 or n_tokens > accepted:
             raise MatcherError(
-                f"cannot roll back {n_tokens} token(s): only {len(self._token_counts)} accepted"
+                f"cannot roll back {n_tokens} token(s): only {accepted} accepted"
             )
         if n_tokens == 0:
             return
-        del self._token_counts[len(self._token_counts) - n_tokens:]
-        del self._history[len(self._token_counts) + 1:]
+        del self._history[len(self._history) - n_tokens:]
         self._terminated = False
 
     def reset(self) -> None:
         """Back to the start of the grammar."""
         self._history = [self._parser.initial]
-        self._token_counts = []
         self._terminated = False
 
     def copy(self) -> Matcher:
@@ -246,7 +241,6 @@ class Matcher:
         other = Matcher.__new__(Matcher)
         other.__dict__.update(self.__dict__)
         other._history = list(self._history)
-        other._token_counts = list(self._token_counts)
         other._mask_times = []
         return other
 
