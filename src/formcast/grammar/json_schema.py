@@ -73,6 +73,7 @@ from formcast.grammar.json_conj import (
     json_key,
     json_type,
 )
+from formcast.grammar.json_metacheck import certainly_valid_2020_12
 from formcast.grammar.json_negate import negate
 from formcast.grammar.json_numbers import build_number
 from formcast.grammar.json_objects import build_object
@@ -164,13 +165,22 @@ def compile_json_schema(schema: Any, *, whitespace: str = "flexible", strict: bo
     return grammar
 
 
-def _check_schema(schema: Any) -> tuple[type, bool]:
-    """Validate the schema against its metaschema; returns the validator class and whether the
-    dialect is draft 7 or older (where siblings of ``$ref`` are ignored)."""
-    from jsonschema import exceptions, validators
+_DRAFT_2020_12_URIS = ("https://json-schema.org/draft/2020-12/schema",
+                       "https://json-schema.org/draft/2020-12/schema#")
 
+
+def _check_schema(schema: Any) -> tuple[type | None, bool]:
+    """Validate the schema against its metaschema; returns the validator class (None for
+    draft 2020-12, resolved when first needed: importing ``jsonschema`` costs more than most
+    compiles) and whether the dialect is draft 7 or older (where siblings of ``$ref`` are
+    ignored)."""
     if not isinstance(schema, dict | bool):
         raise SchemaError(f"a schema must be a JSON object or a boolean, not {type(schema).__name__}")
+    if ((not isinstance(schema, dict) or schema.get("$schema", _DRAFT_2020_12_URIS[0])
+         in _DRAFT_2020_12_URIS) and certainly_valid_2020_12(schema)):
+        return None, False
+    from jsonschema import exceptions, validators
+
     unknown = object()
     cls = validators.validator_for(schema, default=unknown)
     if cls is unknown:
@@ -197,7 +207,7 @@ class SchemaCompiler:
         self.schema = schema
         self.options = options
         self.digest = digest or schema_hash(schema)
-        self.validator_cls, legacy = _check_schema(schema)
+        self._validator_cls, legacy = _check_schema(schema)
         self.index = SchemaIndex(schema)
         self.acc = Accumulator(self.index, legacy_refs=legacy)
         self.rules: dict[str, Expr] = {}
@@ -211,6 +221,15 @@ class SchemaCompiler:
         self._validators: dict[str, Any] = {}
         self._pattern_dfas: dict[str, charfa.DFA | None] = {}
         self.ws = self._whitespace()
+
+    @property
+    def validator_cls(self) -> type:
+        """The ``jsonschema`` validator class of the schema's dialect."""
+        if self._validator_cls is None:
+            from jsonschema import Draft202012Validator
+
+            self._validator_cls = Draft202012Validator
+        return self._validator_cls
 
     # -- services for the builders
 
