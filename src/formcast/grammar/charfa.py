@@ -7,6 +7,9 @@ character sets that together cover every Unicode scalar value, so complement is 
 intersect / complement / minimise -> back to IR. Sizes are capped: past the caps
 ``AutomatonTooLarge`` is raised and the schema compiler reports the keyword instead of
 producing a huge grammar.
+
+Automata and expressions are immutable, so the operations are memoised (an LRU per operation):
+schemas repeat the same patterns, key sets and formats, and so do compiles.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from formcast.grammar.ir import (
     EMPTY,
@@ -39,6 +43,7 @@ SCALARS: Ranges = ((0, 0xD7FF), (0xE000, MAX_CODEPOINT))
 MAX_NFA_STATES = 60_000
 MAX_DFA_STATES = 5_000
 MAX_ELIMINATION_SIZE = 600
+MEMO_SIZE = 512  # automata per memoised operation (they are immutable, so shared by compiles)
 
 
 class AutomatonTooLarge(Exception):
@@ -164,6 +169,14 @@ class DFA:
     accept: frozenset[int]
     start: int = 0
 
+    def __hash__(self) -> int:
+        # automata are memo keys (see the caches below): hash the tables once
+        got = self.__dict__.get("_hash")
+        if got is None:
+            got = hash((self.atoms, self.trans, self.accept, self.start))
+            object.__setattr__(self, "_hash", got)
+        return got
+
     @property
     def size(self) -> int:
         return len(self.trans)
@@ -215,6 +228,7 @@ class DFA:
         return True
 
 
+@lru_cache(maxsize=MEMO_SIZE)
 def from_expr(expr: Expr) -> DFA:
     """The DFA of a character-level IR expression."""
     nfa = _NFA()
@@ -353,6 +367,7 @@ def _intersect(a: Ranges, b: Ranges) -> Ranges:
     return merge_ranges(out)
 
 
+@lru_cache(maxsize=MEMO_SIZE)
 def intersect(a: DFA, b: DFA) -> DFA:
     """The DFA of the intersection of two languages."""
     atoms, pairs = _common_atoms(a, b)
@@ -366,6 +381,7 @@ def intersect(a: DFA, b: DFA) -> DFA:
                                  lambda S: S[0] in a.accept and S[1] in b.accept, atoms))
 
 
+@lru_cache(maxsize=MEMO_SIZE)
 def union(a: DFA, b: DFA) -> DFA:
     """The DFA of the union of two languages."""
     atoms, pairs = _common_atoms(a, b)
@@ -380,6 +396,7 @@ def union(a: DFA, b: DFA) -> DFA:
                                  lambda S: S[0] in a.accept or S[1] in b.accept, atoms))
 
 
+@lru_cache(maxsize=MEMO_SIZE)
 def complement(d: DFA) -> DFA:
     """Every string of scalar values that ``d`` rejects."""
     dead = d.size
@@ -395,6 +412,15 @@ def difference(a: DFA, b: DFA) -> DFA:
 
 def minimize(d: DFA) -> DFA:
     """Trim (unreachable and dead-end states go) and merge equivalent states and atoms."""
+    if d.__dict__.get("_minimal"):
+        return d  # minimising is idempotent: a result of this function is its own minimum
+    out = _minimize(d)
+    object.__setattr__(out, "_minimal", True)
+    return out
+
+
+@lru_cache(maxsize=MEMO_SIZE)
+def _minimize(d: DFA) -> DFA:
     reach = _reachable(d)
     # states that can reach an accepting state
     preds: dict[int, set[int]] = {s: set() for s in reach}

@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from formcast.grammar import charfa
+from formcast.grammar.cache import Memo
 from formcast.grammar.ir import CharSet, Expr, choice, lit, opt, plus, seq, star
 from formcast.grammar.json_text import GENERIC_INTEGER, GENERIC_NUMBER, plain_decimal
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MAX_MODULUS = 1000
 MAX_SCALE = 30
+
+_NUMBER_EXPRS = Memo(256)
 
 _GE, _GT, _LE, _LT = frozenset({0, 1}), frozenset({1}), frozenset({-1, 0}), frozenset({-1})
 
@@ -114,11 +117,22 @@ def number_expr(*, integer: bool, low: Decimal | None = None, low_exclusive: boo
     """
     if low is None and high is None and not multiples and not excluded:
         return GENERIC_INTEGER if integer else GENERIC_NUMBER
+    # Decimals by their text: equal values written differently are different keys
+    key = (integer, str(low), low_exclusive, str(high), high_exclusive,
+           tuple(map(str, multiples)), tuple(map(str, excluded)))
+    got = _NUMBER_EXPRS.get(key)
+    if got is not None:
+        return got
     dfa = number_dfa(integer=integer, low=low, low_exclusive=low_exclusive, high=high,
                      high_exclusive=high_exclusive, multiples=multiples)
     if excluded:
         dfa = charfa.difference(dfa, _spellings(excluded))
-    return charfa.to_expr(dfa, _ascii_label, rules if rules is not None else {}, prefix)
+    target = rules if rules is not None else {}
+    before = len(target)
+    expr = charfa.to_expr(dfa, _ascii_label, target, prefix)
+    if len(target) == before:  # no helper rules: the expression stands alone, share it
+        _NUMBER_EXPRS.put(key, expr)
+    return expr
 
 
 def _spellings(values: Sequence[Decimal]) -> charfa.DFA:

@@ -13,6 +13,7 @@ named properties accepts them in any order.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from functools import lru_cache
 from itertools import combinations
 from typing import TYPE_CHECKING
 
@@ -200,8 +201,6 @@ def _extra_members(c: SchemaCompiler, parts, named: list[str],
                          "additionalProperties", "depends on too many patterns to compile")
         pats = []
         parts = [type(p)(p.properties, [], None, p.loc) for p in parts]
-    named_dfa = (charfa.minimize(charfa.from_expr(union(lit(k) for k in named)))
-                 if named else None)
     classes: list[Expr] = []
     for size in range(len(pats) + 1):
         for chosen in combinations(range(len(pats)), size):
@@ -215,7 +214,7 @@ def _extra_members(c: SchemaCompiler, parts, named: list[str],
             value = c.compile_subs(subs, join_pointer(loc.pointer, "additionalProperties"))
             if value == NOTHING:
                 continue
-            key = _class_key(c, pats, in_class, pattern_dfas, names_dfa, named_dfa, loc)
+            key = _class_key(c, pats, in_class, pattern_dfas, names_dfa, tuple(named), loc)
             if key == NOTHING:
                 continue
             classes.append(seq(key, c.ws, lit(":"), c.ws, value))
@@ -224,8 +223,8 @@ def _extra_members(c: SchemaCompiler, parts, named: list[str],
 
 def _class_key(c: SchemaCompiler, pats: list[str], in_class: set[str],
                pattern_dfas: dict[str, charfa.DFA], names_dfa: charfa.DFA | None,
-               named_dfa: charfa.DFA | None, loc: Loc) -> Expr:
-    if not pats and names_dfa is None and named_dfa is None:
+               named: tuple[str, ...], loc: Loc) -> Expr:
+    if not pats and names_dfa is None and not named:
         return c.prim("string")
     dfa = _any_string()
     for pat in pats:
@@ -233,12 +232,18 @@ def _class_key(c: SchemaCompiler, pats: list[str], in_class: set[str],
         dfa = charfa.intersect(dfa, d if pat in in_class else charfa.complement(d))
     if names_dfa is not None:
         dfa = charfa.intersect(dfa, names_dfa)
-    if named_dfa is not None:
-        dfa = charfa.difference(dfa, named_dfa)
+    if named:
+        dfa = charfa.difference(dfa, _names_dfa(named))
     if dfa.is_empty():
         return NOTHING
-    content = charfa.to_expr(dfa, c.label, c.rules, c.rule_base(loc) + "-key")
+    content = c.spell(dfa, c.rule_base(loc) + "-key")
     return seq(QUOTE, content, QUOTE)
+
+
+@lru_cache(maxsize=256)
+def _names_dfa(names: tuple[str, ...]) -> charfa.DFA:
+    """The automaton of exactly these key strings (shared: objects repeat their key lists)."""
+    return charfa.minimize(charfa.from_expr(union(lit(k) for k in names)))
 
 
 # ----------------------------------------------------------------------------- member lists

@@ -41,7 +41,7 @@ from formcast.errors import (
     UnsupportedSchemaError,
 )
 from formcast.grammar import charfa
-from formcast.grammar.cache import DEFAULT_CACHE, CompileCache, schema_hash
+from formcast.grammar.cache import DEFAULT_CACHE, CompileCache, Memo, schema_hash
 from formcast.grammar.ir import (
     EMPTY,
     NOTHING,
@@ -104,6 +104,10 @@ FLEXIBLE_INDENT = 20
 MAX_BRANCH_PRODUCT = 256
 
 __all__ = ["compile_json_schema", "CompileOptions", "COMPILER_VERSION", "load_schema_text"]
+
+# charfa.to_expr results with the compiler's character labels, for automata that need no helper
+# rules: (expression, whether a label was spelled, which creates the "unicode-escape" rule)
+_SPELLED = Memo(512)
 
 
 @dataclass(frozen=True)
@@ -344,6 +348,29 @@ class SchemaCompiler:
     def label(self, ranges: tuple[tuple[int, int], ...]) -> Expr:
         """The JSON spellings of one character of ``ranges`` (shares the \\u escape rule)."""
         return char_forms_cached(ranges, self.prim("unicode-escape"))
+
+    def spell(self, dfa: charfa.DFA, prefix: str) -> Expr:
+        """``dfa``'s strings as JSON string contents (``charfa.to_expr`` with ``label``);
+        helper rules for cycles are named ``{prefix}-{n}``. Shared across compiles when the
+        automaton needs no helper rules."""
+        got = _SPELLED.get(dfa)
+        if got is not None:
+            expr, labelled = got
+            if labelled:
+                self.prim("unicode-escape")
+            return expr
+        before = set(self.rules)
+        labelled = False
+
+        def label(ranges: tuple[tuple[int, int], ...]) -> Expr:
+            nonlocal labelled
+            labelled = True
+            return self.label(ranges)
+
+        expr = charfa.to_expr(dfa, label, self.rules, prefix)
+        if set(self.rules) - before <= {"unicode-escape"}:
+            _SPELLED.put(dfa, (expr, labelled))
+        return expr
 
     def any_value(self) -> Expr:
         return self.prim("value")

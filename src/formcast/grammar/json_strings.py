@@ -93,12 +93,18 @@ def pattern_expr(pattern: str, pointer: str) -> Expr | str:
     (lookaround, backreferences, Unicode property escapes); a malformed regex is a schema
     error."""
     try:
-        return regex_to_expr(pattern, search=True)
-    except UnsupportedRegexError as exc:
-        return exc.reason
+        return _search_language(pattern)
     except RegexSyntaxError as exc:
         raise SchemaError(f"invalid regular expression {pattern!r}: {exc.reason}",
                           pointer=pointer) from None
+
+
+@lru_cache(maxsize=1024)
+def _search_language(pattern: str) -> Expr | str:
+    try:
+        return regex_to_expr(pattern, search=True)
+    except UnsupportedRegexError as exc:
+        return exc.reason
 
 
 def length_expr(min_len: int, max_len: int | None) -> Expr:
@@ -118,10 +124,11 @@ def format_constraint(name: str, pointer: str,
     return format_expr(name)
 
 
-def combine(constraints: Sequence[Constraint], *, label: Callable, rules: dict[str, Expr],
-            prefix: str, report: Callable[[str, str, str], None],
-            dfas: Sequence[charfa.DFA] = ()) -> Expr:
-    """JSON-spelled contents satisfying every constraint (their intersection).
+def combine(constraints: Sequence[Constraint], *, label: Callable,
+            spell: Callable[[charfa.DFA, str], Expr], prefix: str,
+            report: Callable[[str, str, str], None], dfas: Sequence[charfa.DFA] = ()) -> Expr:
+    """JSON-spelled contents satisfying every constraint (their intersection). ``label`` spells
+    one character set, ``spell`` an automaton (``SchemaCompiler.spell``).
 
     When the intersection automaton is too large, the first constraint (formats come first,
     then patterns, then lengths) is kept and the others are reported as not enforced.
@@ -134,7 +141,7 @@ def combine(constraints: Sequence[Constraint], *, label: Callable, rules: dict[s
         dfa = charfa.language_of(c.expr for c in constraints)
         for extra in dfas:
             dfa = charfa.intersect(dfa, extra)
-        return charfa.to_expr(dfa, label, rules, prefix)
+        return spell(dfa, prefix)
     except (charfa.AutomatonTooLarge, charfa.NotCharacterLevel):
         if not constraints:
             raise
@@ -185,12 +192,12 @@ def build_string(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
            "escapes); other characters may be raw or escaped")
     if dfas:
         try:
-            content = combine(cons, label=c.label, rules=c.rules, dfas=dfas,
+            content = combine(cons, label=c.label, spell=c.spell, dfas=dfas,
                               prefix=c.rule_base(loc) + "-str", report=c.report)
         except charfa.AutomatonTooLarge:
             c.report(loc.pointer, "not", "a negated string constraint makes an automaton "
                      "too large to compile; it is left to the validator")
-            content = combine(cons, label=c.label, rules=c.rules,
+            content = combine(cons, label=c.label, spell=c.spell,
                               prefix=c.rule_base(loc) + "-str", report=c.report)
         return seq(QUOTE, content, QUOTE)
     if len(cons) == 1 and cons[0].sources[0][1] in ("minLength", "maxLength"):
@@ -204,7 +211,7 @@ def build_string(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
             c.rules[name] = format_body(name[len("format-"):])
             c.keep.add(name)
         return Ref(name)
-    content = combine(cons, label=c.label, rules=c.rules,
+    content = combine(cons, label=c.label, spell=c.spell,
                       prefix=c.rule_base(loc) + "-str", report=c.report)
     return seq(QUOTE, content, QUOTE)
 

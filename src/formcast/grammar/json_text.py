@@ -17,6 +17,7 @@ Two kinds of strings are produced:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from decimal import Decimal
 from functools import lru_cache
@@ -30,6 +31,7 @@ from formcast.grammar.ir import (
     CharSet,
     Choice,
     Expr,
+    Literal,
     chars,
     choice,
     lit,
@@ -223,22 +225,32 @@ def char_forms_cached(ranges: Ranges, u_all: Expr | None = None) -> Expr:
     return char_forms(ranges, u_all)
 
 
+_PLAIN_RUN = re.compile(r'[ !#-.0-\[\]-~]+')  # printable ASCII but quote, backslash, slash
+
+
 def string_content(text: str) -> Expr:
     """The spellings of exactly ``text`` inside a JSON string (without the quotes)."""
     parts: list[Expr] = []
-    for c in text:
-        cp = ord(c)
-        if 0xD800 <= cp <= 0xDFFF:  # a lone surrogate (json.loads keeps them): escape only
-            parts.append(seq(lit("\\u"), fixed_width_range(cp, cp, 4, 16)))
-        elif 0x20 <= cp < 0x7F and c not in '"\\/':
-            parts.append(lit(c))
-        else:
-            parts.append(char_forms(((cp, cp),)))
+    pos = 0
+    for run in _PLAIN_RUN.finditer(text):
+        parts += [_char_spellings(c) for c in text[pos:run.start()]]
+        parts.append(Literal(run.group().encode("ascii")))
+        pos = run.end()
+    parts += [_char_spellings(c) for c in text[pos:]]
     return seq(*parts)
+
+
+def _char_spellings(c: str) -> Expr:
+    cp = ord(c)
+    if 0xD800 <= cp <= 0xDFFF:  # a lone surrogate (json.loads keeps them): escape only
+        return seq(lit("\\u"), fixed_width_range(cp, cp, 4, 16))
+    return char_forms_cached(((cp, cp),))
 
 
 def string_literal(text: str) -> Expr:
     """The JSON string ``text``, quotes included."""
+    if _PLAIN_RUN.fullmatch(text):
+        return Literal(b'"' + text.encode("ascii") + b'"')
     return seq(QUOTE, string_content(text), QUOTE)
 
 
