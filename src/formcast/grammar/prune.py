@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from formcast.grammar.ir import Choice, Expr, Literal, Ref, Repeat, Seq, repeat, seq
-from formcast.grammar.json_text import union
 
 PRIMITIVES = frozenset({"ws", "string", "number", "integer", "char", "unicode-escape", "value",
                         "object", "array"})
@@ -34,29 +33,57 @@ class _Pruner:
         # id(node) -> (node, value): the node is held so that its id cannot be reused
         self._refs: dict[int, tuple[Expr, Mapping[str, int]]] = {}
         self._normal: dict[int, tuple[Expr, Expr]] = {}
+        self._hashes: dict[int, tuple[Expr, int]] = {}
 
     def run(self, rules: dict[str, Expr]) -> dict[str, Expr]:
+        # Invariant at the top of the loop: ``rules`` holds only rules reachable from root and
+        # ``counts`` the references among them (a name's count, what one pass over every body
+        # would give). Both are updated from the rules that change instead of recomputed.
+        counts: dict[str, int] = {}
+        for body in rules.values():
+            _add(counts, self.refs(body), 1)
+        self._drop_unreachable(rules, counts)
+        recursive: dict[str, bool] = {}  # valid while no reference disappears
         while True:
-            live = self._reachable(rules, "root")
-            for name in [k for k in rules if k not in live]:
-                del rules[name]
-            counts: dict[str, int] = {}
-            for body in rules.values():
-                for ref_name, n in self.refs(body).items():
-                    counts[ref_name] = counts.get(ref_name, 0) + n
             candidates = sorted(
                 name for name, n in counts.items()
-                if (n == 1 or isinstance(rules[name], Ref | Literal) and name not in self.keep)
+                if n > 0 and (n == 1 or isinstance(rules[name], Ref | Literal)
+                              and name not in self.keep)
                 and name not in self.keep and name not in PRIMITIVES and name != "root"
                 and not name.startswith(("value-d", "object-d", "array-d")))
-            name = next((c for c in candidates if c not in self._reachable_from_body(rules, c)),
-                        None)
+            name = None
+            for candidate in candidates:
+                loops = recursive.get(candidate)
+                if loops is None:
+                    loops = recursive[candidate] = candidate in self._reachable_from_body(
+                        rules, candidate)
+                if not loops:
+                    name = candidate
+                    break
             if name is None:
                 return rules
             body = rules.pop(name)
+            body_refs = self.refs(body)
+            _add(counts, body_refs, -1)
+            lost = False
             for k, v in rules.items():
-                if name in self.refs(v):
+                old = self.refs(v)
+                if name in old:
                     rules[k] = self._substitute(v, name, body, {})
+                    new = self.refs(rules[k])
+                    _add(counts, old, -1)
+                    _add(counts, new, 1)
+                    # substituting keeps every reference unless the IR constructors drop one
+                    # (a duplicate alternative, a sequence with an impossible part)
+                    lost = lost or new.keys() != (old.keys() - {name}) | body_refs.keys()
+            if lost:
+                self._drop_unreachable(rules, counts)
+                recursive.clear()
+
+    def _drop_unreachable(self, rules: dict[str, Expr], counts: dict[str, int]) -> None:
+        live = self._reachable(rules, "root")
+        for name in [k for k in rules if k not in live]:
+            _add(counts, self.refs(rules.pop(name)), -1)
 
     # -- reference counts per node (occurrences, as a tree walk counts them)
 
@@ -109,7 +136,7 @@ class _Pruner:
             return got[1]
         if isinstance(expr, Seq | Choice):
             items = [self._normalised(x) for x in expr.items]
-            out = seq(*items) if isinstance(expr, Seq) else union(items)
+            out = seq(*items) if isinstance(expr, Seq) else self._union(items)
         elif isinstance(expr, Repeat):
             out = repeat(self._normalised(expr.item), expr.min, expr.max)
         else:
@@ -119,7 +146,32 @@ class _Pruner:
         self._normal[id(expr)] = (expr, out)
         return out
 
-    def _substitute(self, expr: Expr, name: str, body: Expr, memo: dict[int, tuple[Expr, Expr]]) -> Expr:
+    def _union(self, items: list[Expr]) -> Expr:
+        """``json_text.union(items)``, with the structural hashes memoised per node (the IR
+        hashes a whole subtree on every call, and a rule's alternatives are rebuilt again and
+        again as helpers are inlined into it)."""
+        flat: dict[_Keyed, None] = {}
+        for item in items:
+            for part in item.items if isinstance(item, Choice) else (item,):
+                flat.setdefault(_Keyed(part, self._hash(part)), None)
+        alts = tuple(k.expr for k in flat)
+        return alts[0] if len(alts) == 1 else Choice(alts)
+
+    def _hash(self, expr: Expr) -> int:
+        got = self._hashes.get(id(expr))
+        if got is not None:
+            return got[1]
+        if isinstance(expr, Seq | Choice):
+            h = hash((type(expr), tuple(self._hash(x) for x in expr.items)))
+        elif isinstance(expr, Repeat):
+            h = hash((Repeat, self._hash(expr.item), expr.min, expr.max))
+        else:
+            h = hash(expr)
+        self._hashes[id(expr)] = (expr, h)
+        return h
+
+    def _substitute(self, expr: Expr, name: str, body: Expr,
+                    memo: dict[int, tuple[Expr, Expr]]) -> Expr:
         if name not in self.refs(expr):
             return self._normalised(expr)
         got = memo.get(id(expr))
@@ -130,9 +182,31 @@ class _Pruner:
         elif isinstance(expr, Seq):
             out = seq(*(self._substitute(x, name, body, memo) for x in expr.items))
         elif isinstance(expr, Choice):
-            out = union(self._substitute(x, name, body, memo) for x in expr.items)
+            out = self._union([self._substitute(x, name, body, memo) for x in expr.items])
         else:
             assert isinstance(expr, Repeat)
             out = repeat(self._substitute(expr.item, name, body, memo), expr.min, expr.max)
         memo[id(expr)] = (expr, out)
         return out
+
+
+def _add(counts: dict[str, int], refs: Mapping[str, int], sign: int) -> None:
+    for name, n in refs.items():
+        counts[name] = counts.get(name, 0) + sign * n
+
+
+class _Keyed:
+    """An expression as a dict key with a precomputed hash (equality stays structural)."""
+
+    __slots__ = ("expr", "hash")
+
+    def __init__(self, expr: Expr, hash_: int) -> None:
+        self.expr = expr
+        self.hash = hash_
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Keyed) and self.hash == other.hash and (
+            self.expr is other.expr or self.expr == other.expr)
