@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from formcast.grammar.ir import Expr, chars, choice, lit, opt, plus, seq
+from formcast.grammar.ir import Choice, Expr, Literal, Seq, chars, lit, opt, plus, seq
 from formcast.grammar.json_text import union
 from formcast.grammar.regex import regex_to_expr
 
@@ -140,29 +140,33 @@ def format_expr(name: str) -> Expr | None:
     return regex_to_expr(fmt.regex)
 
 
+@cache
 def _time() -> Expr:
-    return union([regex_to_expr(TIME_NO_LEAP), _leap_seconds()])
-
-
-def _two(n: int) -> str:
-    return f"{n:02d}"
+    return union([regex_to_expr(TIME_NO_LEAP), leap_seconds()])
 
 
 @cache
-def _leap_seconds() -> Expr:
+def leap_seconds() -> Expr:
     """``HH:MM:60`` is only a real time when it is 23:59 in UTC, so the offset that follows is
-    fixed by the local time. A table of the 1440 local minutes and their offsets."""
+    fixed by the local time. A table of the 1440 local minutes and their offsets.
+
+    Built with the IR classes directly: the pieces are already in the form ``seq``/``choice``/
+    ``union`` would give (every alternative is distinct, no literal is next to another), and
+    the first date-time compile in a process would otherwise spend ~10 ms normalising them.
+    Every alternative is plain ASCII text and the sets [0-9] and [Zz]: inside a JSON string
+    each is spelled as itself, which ``json_strings.format_body`` relies on."""
     frac = opt(seq(lit("."), plus(chars([("0", "9")]))))
+    zulu = (chars("Zz"), Literal(b"+00:00"), Literal(b"-00:00"))
     alts = []
     utc_leap = 23 * 60 + 59
     for local in range(24 * 60):
         diff = (local - utc_leap) % (24 * 60)  # offset = local - UTC, modulo a day
-        offsets: list[Expr] = []
         if diff == 0:
-            offsets += [chars("Zz"), lit("+00:00"), lit("-00:00")]
+            offsets = zulu
         else:
-            offsets.append(lit(f"+{_two(diff // 60)}:{_two(diff % 60)}"))
             neg = 24 * 60 - diff
-            offsets.append(lit(f"-{_two(neg // 60)}:{_two(neg % 60)}"))
-        alts.append(seq(lit(f"{_two(local // 60)}:{_two(local % 60)}:60"), frac, choice(*offsets)))
-    return union(alts)
+            offsets = (Literal(f"+{diff // 60:02d}:{diff % 60:02d}".encode()),
+                       Literal(f"-{neg // 60:02d}:{neg % 60:02d}".encode()))
+        time = Literal(f"{local // 60:02d}:{local % 60:02d}:60".encode())
+        alts.append(Seq((time, frac, Choice(offsets))))
+    return Choice(tuple(alts))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from formcast.errors import RegexSyntaxError, SchemaError, UnsupportedRegexError
 from formcast.grammar import charfa
-from formcast.grammar.formats import FORMATS, UNSUPPORTED_FORMATS, format_expr
+from formcast.grammar.formats import FORMATS, UNSUPPORTED_FORMATS, format_expr, leap_seconds
 from formcast.grammar.ir import (
     NOTHING,
     ByteSet,
@@ -35,6 +35,7 @@ from formcast.grammar.json_text import (
     ANY_CODEPOINT,
     QUOTE,
     char_forms_cached,
+    is_plain,
     string_content,
     union,
 )
@@ -48,32 +49,36 @@ if TYPE_CHECKING:  # pragma: no cover
 ANY_CHAR = CharSet(ANY_CODEPOINT)
 
 
-def json_spelled(expr: Expr, label: Callable[[tuple[tuple[int, int], ...]], Expr]) -> Expr:
+def json_spelled(expr: Expr, label: Callable[[tuple[tuple[int, int], ...]], Expr],
+                 memo: dict[int, tuple[Expr, Expr]] | None = None) -> Expr:
     """Map a character-level expression to the JSON string text that spells its strings;
-    ``label`` spells one character of a set (``json_text.char_forms``)."""
-    memo: dict[int, Expr] = {}
+    ``label`` spells one character of a set (``json_text.char_forms``). ``memo`` (node id ->
+    (node, spelling)) may be shared by calls with the same ``label`` over long-lived nodes."""
+    memo = {} if memo is None else memo
 
     def walk(e: Expr) -> Expr:
         got = memo.get(id(e))
         if got is not None:
-            return got
-        if isinstance(e, CharSet):
+            return got[1]
+        kind = type(e)
+        if kind is Literal:
+            text = e.data.decode("utf-8")
+            out = e if is_plain(text) else string_content(text)
+        elif kind is Seq:
+            out = seq(*[walk(x) for x in e.items])
+        elif kind is Choice:
+            out = union([walk(x) for x in e.items])
+        elif kind is CharSet:
             out = label(e.codepoint_ranges())
-        elif isinstance(e, Literal):
-            out = string_content(e.data.decode("utf-8"))
-        elif isinstance(e, ByteSet):
+        elif kind is Repeat:
+            out = repeat(walk(e.item), e.min, e.max)
+        elif kind is ByteSet:
             if any(hi > 0x7F for _, hi in e.ranges):
                 raise charfa.NotCharacterLevel("byte sets beyond ASCII")
             out = label(merge_ranges(e.ranges))
-        elif isinstance(e, Seq):
-            out = seq(*(walk(x) for x in e.items))
-        elif isinstance(e, Choice):
-            out = union(walk(x) for x in e.items)
-        elif isinstance(e, Repeat):
-            out = repeat(walk(e.item), e.min, e.max)
         else:
             raise charfa.NotCharacterLevel(f"cannot spell {e!r} as JSON string text")
-        memo[id(e)] = out
+        memo[id(e)] = (e, out)
         return out
 
     return walk(expr)
@@ -223,5 +228,20 @@ def format_body(name: str) -> Expr:
     """The JSON string of a format (shared by every compile: the date-time table is large)."""
     expr = format_expr(name)
     assert expr is not None
-    unicode_escape = Ref("unicode-escape")
-    return seq(QUOTE, json_spelled(expr, lambda r: char_forms_cached(r, unicode_escape)), QUOTE)
+    if name in ("time", "date-time"):
+        # the 1440 leap-second alternatives spell as themselves (see formats.leap_seconds):
+        # walking their 8,000 nodes would be most of the first date-time compile
+        for alt in leap_seconds().items:
+            _FORMAT_SPELLINGS.setdefault(id(alt), (alt, alt))
+    spelled = json_spelled(expr, _format_label, _FORMAT_SPELLINGS)
+    return seq(QUOTE, spelled, QUOTE)
+
+
+_UNICODE_ESCAPE = Ref("unicode-escape")
+# spellings of format expression nodes (cached for the process, like the formats themselves):
+# "time" and "date-time" share the leap-second table
+_FORMAT_SPELLINGS: dict[int, tuple[Expr, Expr]] = {}
+
+
+def _format_label(ranges: tuple[tuple[int, int], ...]) -> Expr:
+    return char_forms_cached(ranges, _UNICODE_ESCAPE)

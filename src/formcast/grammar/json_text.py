@@ -32,6 +32,8 @@ from formcast.grammar.ir import (
     Choice,
     Expr,
     Literal,
+    Repeat,
+    Seq,
     chars,
     choice,
     lit,
@@ -79,6 +81,53 @@ def union(items: Iterable[Expr]) -> Expr:
             flat.setdefault(part, None)
     alts = tuple(flat)
     return alts[0] if len(alts) == 1 else Choice(alts)
+
+
+class MemoUnion:
+    """``union`` for many calls over shared nodes: each node's structural hash is computed
+    once (the IR's dataclass hash walks the whole subtree on every dict lookup). Nodes are held
+    for the memo's lifetime, so their ids stay theirs."""
+
+    def __init__(self) -> None:
+        self._hashes: dict[int, tuple[Expr, int]] = {}
+
+    def __call__(self, items: Iterable[Expr]) -> Expr:
+        flat: dict[_Keyed, None] = {}
+        for item in items:
+            for part in item.items if isinstance(item, Choice) else (item,):
+                flat.setdefault(_Keyed(part, self.hash(part)), None)
+        alts = tuple(k.expr for k in flat)
+        return alts[0] if len(alts) == 1 else Choice(alts)
+
+    def hash(self, expr: Expr) -> int:
+        got = self._hashes.get(id(expr))
+        if got is not None:
+            return got[1]
+        if isinstance(expr, Seq | Choice):
+            h = hash((type(expr), tuple(self.hash(x) for x in expr.items)))
+        elif isinstance(expr, Repeat):
+            h = hash((Repeat, self.hash(expr.item), expr.min, expr.max))
+        else:
+            h = hash(expr)
+        self._hashes[id(expr)] = (expr, h)
+        return h
+
+
+class _Keyed:
+    """An expression as a dict key with a precomputed hash (equality stays structural)."""
+
+    __slots__ = ("expr", "hash")
+
+    def __init__(self, expr: Expr, hash_: int) -> None:
+        self.expr = expr
+        self.hash = hash_
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Keyed) and self.hash == other.hash and (
+            self.expr is other.expr or self.expr == other.expr)
 
 
 # ----------------------------------------------------------------------------- ranges
@@ -245,6 +294,12 @@ def _char_spellings(c: str) -> Expr:
     if 0xD800 <= cp <= 0xDFFF:  # a lone surrogate (json.loads keeps them): escape only
         return seq(lit("\\u"), fixed_width_range(cp, cp, 4, 16))
     return char_forms_cached(((cp, cp),))
+
+
+def is_plain(text: str) -> bool:
+    """Whether ``text`` (non-empty) has one JSON spelling: itself (printable ASCII other than
+    the quote, backslash and slash)."""
+    return _PLAIN_RUN.fullmatch(text) is not None
 
 
 def string_literal(text: str) -> Expr:

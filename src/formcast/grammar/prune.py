@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from formcast.grammar.ir import Choice, Expr, Literal, Ref, Repeat, Seq, repeat, seq
+from formcast.grammar.json_text import MemoUnion
 
 PRIMITIVES = frozenset({"ws", "string", "number", "integer", "char", "unicode-escape", "value",
                         "object", "array"})
@@ -33,7 +34,9 @@ class _Pruner:
         # id(node) -> (node, value): the node is held so that its id cannot be reused
         self._refs: dict[int, tuple[Expr, Mapping[str, int]]] = {}
         self._normal: dict[int, tuple[Expr, Expr]] = {}
-        self._hashes: dict[int, tuple[Expr, int]] = {}
+        # union with memoised structural hashes: a rule's alternatives are rebuilt again and
+        # again as helpers are inlined into it
+        self._union = MemoUnion()
 
     def run(self, rules: dict[str, Expr]) -> dict[str, Expr]:
         # Invariant at the top of the loop: ``rules`` holds only rules reachable from root and
@@ -146,30 +149,6 @@ class _Pruner:
         self._normal[id(expr)] = (expr, out)
         return out
 
-    def _union(self, items: list[Expr]) -> Expr:
-        """``json_text.union(items)``, with the structural hashes memoised per node (the IR
-        hashes a whole subtree on every call, and a rule's alternatives are rebuilt again and
-        again as helpers are inlined into it)."""
-        flat: dict[_Keyed, None] = {}
-        for item in items:
-            for part in item.items if isinstance(item, Choice) else (item,):
-                flat.setdefault(_Keyed(part, self._hash(part)), None)
-        alts = tuple(k.expr for k in flat)
-        return alts[0] if len(alts) == 1 else Choice(alts)
-
-    def _hash(self, expr: Expr) -> int:
-        got = self._hashes.get(id(expr))
-        if got is not None:
-            return got[1]
-        if isinstance(expr, Seq | Choice):
-            h = hash((type(expr), tuple(self._hash(x) for x in expr.items)))
-        elif isinstance(expr, Repeat):
-            h = hash((Repeat, self._hash(expr.item), expr.min, expr.max))
-        else:
-            h = hash(expr)
-        self._hashes[id(expr)] = (expr, h)
-        return h
-
     def _substitute(self, expr: Expr, name: str, body: Expr,
                     memo: dict[int, tuple[Expr, Expr]]) -> Expr:
         if name not in self.refs(expr):
@@ -194,19 +173,3 @@ def _add(counts: dict[str, int], refs: Mapping[str, int], sign: int) -> None:
     for name, n in refs.items():
         counts[name] = counts.get(name, 0) + sign * n
 
-
-class _Keyed:
-    """An expression as a dict key with a precomputed hash (equality stays structural)."""
-
-    __slots__ = ("expr", "hash")
-
-    def __init__(self, expr: Expr, hash_: int) -> None:
-        self.expr = expr
-        self.hash = hash_
-
-    def __hash__(self) -> int:
-        return self.hash
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Keyed) and self.hash == other.hash and (
-            self.expr is other.expr or self.expr == other.expr)
