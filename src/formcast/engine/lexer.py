@@ -65,6 +65,18 @@ class _NFA:
         return len(self.eps) - 1
 
 
+def _paste_edges(nfa: _NFA, edges: list, entry: int, delta: int) -> None:
+    """Append copies of snapshotted states (``entry`` is the first, already allocated),
+    shifting every edge target by ``delta``."""
+    for _ in range(len(edges) - 1):
+        nfa.new_state()
+    for i, (eps, byte_edges, call_edges) in enumerate(edges):
+        y = entry + i
+        nfa.eps[y] = [t + delta for t in eps]
+        nfa.byte_edges[y] = [(lo, hi, t + delta) for lo, hi, t in byte_edges]
+        nfa.call_edges[y] = [(name, t + delta) for name, t in call_edges]
+
+
 class LazyRepeat:
     """``item{min,max}`` with a large ``max``: one copy is built, the others when first needed.
 
@@ -105,13 +117,7 @@ class LazyRepeat:
         nfa = self.nfa
         entry = nfa.new_state()
         delta = entry - self.first
-        for _ in range(len(self.edges) - 1):
-            nfa.new_state()
-        for i, (eps, byte_edges, call_edges) in enumerate(self.edges):
-            y = entry + i
-            nfa.eps[y] = [t + delta for t in eps]
-            nfa.byte_edges[y] = [(lo, hi, t + delta) for lo, hi, t in byte_edges]
-            nfa.call_edges[y] = [(name, t + delta) for name, t in call_edges]
+        _paste_edges(nfa, self.edges, entry, delta)
         for record, offset in self.inner:
             clone = record.shifted(delta)
             nfa.lazy_exits[record.first + offset + delta] = (clone, 1)
@@ -615,13 +621,7 @@ class _Builder:
         first, exit_, edges = template
         nfa = self.nfa
         delta = entry - first
-        for _ in range(len(edges) - 1):
-            nfa.new_state()
-        for i, (eps, byte_edges, call_edges) in enumerate(edges):
-            y = entry + i
-            nfa.eps[y] = [t + delta for t in eps]
-            nfa.byte_edges[y] = [(lo, hi, t + delta) for lo, hi, t in byte_edges]
-            nfa.call_edges[y] = [(name, t + delta) for name, t in call_edges]
+        _paste_edges(nfa, edges, entry, delta)
         for x, record, done in self._lazy_inside(first, first + len(edges)):
             clone = record.shifted(delta)
             nfa.lazy_exits[x + delta] = (clone, done)
