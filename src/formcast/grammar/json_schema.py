@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
@@ -256,13 +257,7 @@ class SchemaCompiler:
             self.open = saved
 
     def rule_base(self, loc: Loc) -> str:
-        tokens = split_pointer(loc.pointer)
-        if tokens and tokens[0] in ("$defs", "definitions"):
-            words = [tokens[0].lstrip("$")] + tokens[1:]
-        else:
-            words = ["root"] + tokens
-        words = [re.sub(r"[^A-Za-z0-9]+", "-", w).strip("-") or "x" for w in words]
-        return "-".join(words)
+        return _rule_base(loc.pointer)
 
     def new_rule(self, name: str, body: Expr) -> str:
         """Add a rule named ``name`` (suffixed when taken by a different body)."""
@@ -803,6 +798,21 @@ class SchemaCompiler:
         return choice(*alts) if alts else NOTHING
 
     # -- numbers
+
+@lru_cache(maxsize=4096)
+def _rule_base(pointer: str) -> str:
+    """The rule name for the subschema at ``pointer``: its tokens as words."""
+    tokens = split_pointer(pointer)
+    if tokens and tokens[0] in ("$defs", "definitions"):
+        words = [tokens[0].lstrip("$")] + tokens[1:]
+    else:
+        words = ["root"] + tokens
+    words = [_NOT_WORD.sub("-", w).strip("-") or "x" for w in words]
+    return "-".join(words)
+
+
+_NOT_WORD = re.compile(r"[^A-Za-z0-9]+")
+
 
 def _sig_disjoint(a: tuple, b: tuple) -> bool:
     ta, va, da = a
