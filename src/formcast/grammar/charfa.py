@@ -17,8 +17,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import wraps
 
+from formcast.grammar.cache import Memo
 from formcast.grammar.ir import (
     EMPTY,
     MAX_CODEPOINT,
@@ -43,7 +44,8 @@ SCALARS: Ranges = ((0, 0xD7FF), (0xE000, MAX_CODEPOINT))
 MAX_NFA_STATES = 60_000
 MAX_DFA_STATES = 5_000
 MAX_ELIMINATION_SIZE = 600
-MEMO_SIZE = 512  # automata per memoised operation (they are immutable, so shared by compiles)
+MEMO_SIZE = 256  # results per memoised operation (automata are immutable: compiles share them)
+MEMO_MAX_CELLS = 20_000  # larger automata (states x atoms) are not kept: memory stays bounded
 
 
 class AutomatonTooLarge(Exception):
@@ -52,6 +54,31 @@ class AutomatonTooLarge(Exception):
 
 class NotCharacterLevel(Exception):
     """The expression is not a character-level regular expression (rule refs, raw bytes)."""
+
+
+# ----------------------------------------------------------------------------- memo
+
+
+def _cells(value: object) -> int:
+    return len(value.trans) * len(value.atoms) if isinstance(value, DFA) else 0
+
+
+def _memoised(fn: Callable) -> Callable:
+    """An LRU memo of ``fn`` (pure, on immutable arguments) that keeps only small automata."""
+    memo = Memo(MEMO_SIZE)
+
+    @wraps(fn)
+    def wrapper(*args: object) -> object:
+        got = memo.get(args)
+        if got is not None:
+            return got
+        out = fn(*args)
+        if max(_cells(out), *(_cells(a) for a in args)) <= MEMO_MAX_CELLS:
+            memo.put(args, out)
+        return out
+
+    wrapper.cache_clear = memo.clear  # type: ignore[attr-defined]
+    return wrapper
 
 
 # ----------------------------------------------------------------------------- NFA
@@ -228,7 +255,7 @@ class DFA:
         return True
 
 
-@lru_cache(maxsize=MEMO_SIZE)
+@_memoised
 def from_expr(expr: Expr) -> DFA:
     """The DFA of a character-level IR expression."""
     nfa = _NFA()
@@ -367,7 +394,7 @@ def _intersect(a: Ranges, b: Ranges) -> Ranges:
     return merge_ranges(out)
 
 
-@lru_cache(maxsize=MEMO_SIZE)
+@_memoised
 def intersect(a: DFA, b: DFA) -> DFA:
     """The DFA of the intersection of two languages."""
     atoms, pairs = _common_atoms(a, b)
@@ -381,7 +408,7 @@ def intersect(a: DFA, b: DFA) -> DFA:
                                  lambda S: S[0] in a.accept and S[1] in b.accept, atoms))
 
 
-@lru_cache(maxsize=MEMO_SIZE)
+@_memoised
 def union(a: DFA, b: DFA) -> DFA:
     """The DFA of the union of two languages."""
     atoms, pairs = _common_atoms(a, b)
@@ -396,7 +423,7 @@ def union(a: DFA, b: DFA) -> DFA:
                                  lambda S: S[0] in a.accept or S[1] in b.accept, atoms))
 
 
-@lru_cache(maxsize=MEMO_SIZE)
+@_memoised
 def complement(d: DFA) -> DFA:
     """Every string of scalar values that ``d`` rejects."""
     dead = d.size
@@ -419,7 +446,7 @@ def minimize(d: DFA) -> DFA:
     return out
 
 
-@lru_cache(maxsize=MEMO_SIZE)
+@_memoised
 def _minimize(d: DFA) -> DFA:
     reach = _reachable(d)
     # states that can reach an accepting state

@@ -104,7 +104,8 @@ COMPILER_VERSION = "1.0"
 FLEXIBLE_INDENT = 20
 MAX_BRANCH_PRODUCT = 256
 
-__all__ = ["compile_json_schema", "CompileOptions", "COMPILER_VERSION", "load_schema_text"]
+__all__ = ["compile_json_schema", "CompileOptions", "COMPILER_VERSION", "load_schema_text",
+           "clear_memos"]
 
 # charfa.to_expr results with the compiler's character labels, for automata that need no helper
 # rules: (expression, whether a label was spelled, which creates the "unicode-escape" rule)
@@ -142,6 +143,20 @@ def load_schema_text(text: str | bytes, source: str = "<schema>") -> Any:
     except json.JSONDecodeError as exc:
         raise SchemaSyntaxError(exc.msg, source=source, line=exc.lineno,
                                 column=exc.colno) from None
+
+
+def clear_memos() -> None:
+    """Forget the pieces compiles share (automata, spelled automata, number languages, regex
+    languages, key sets, rule names). Compiled grammars do not change; the next compiles
+    only redo that work. For tests and for releasing memory."""
+    from formcast.grammar import json_numbers, json_objects, json_strings, prune
+
+    for memoised in (charfa.from_expr, charfa.intersect, charfa.union, charfa.complement,
+                     charfa._minimize, json_objects._names_dfa, json_strings._search_language,
+                     _rule_base):
+        memoised.cache_clear()
+    for memo in (_SPELLED, json_numbers._NUMBER_EXPRS, prune._SHARED_BODY_REFS):
+        memo.clear()
 
 
 def compile_json_schema(schema: Any, *, whitespace: str = "flexible", strict: bool = True,
