@@ -138,7 +138,8 @@ def test_every_byte_prefix_of_a_match_is_a_viable_prefix(pattern: tuple[str, str
                                                          data: st.DataObject) -> None:
     ecma, py = pattern
     grammar = Grammar({"root": regex_to_expr(ecma)})
-    encoded = data.draw(st.from_regex(_python(py), fullmatch=True)).encode()
+    # Drawn from the test alphabet: beyond it ECMA and Python (re.ASCII) disagree on \s.
+    encoded = data.draw(st.from_regex(_python(py), fullmatch=True, alphabet=ALPHABET)).encode()
     for cut in range(len(encoded) + 1):
         assert recognizes(grammar, encoded[:cut], prefix=True), (ecma, encoded[:cut])
 
