@@ -1,0 +1,599 @@
+"""Thompson NFAs for a grammar's rules, built with their sizes kept in check.
+
+Every rule that is not part of a recursion cycle is inlined into the rules that use it, so a
+grammar without recursion (any non-recursive JSON Schema, any regex) becomes one automaton and
+the matcher never needs a stack; rules that close a cycle ("call rules") stay as call edges.
+Building is cheap where it can be: an inlined rule used again is copied from its first
+fragment, a repeated item from its first copy, and large bounded repetitions (``maxLength:
+400``) copy their item lazily, when the DFA construction first steps past a copy's exit.
+
+States that cannot reach their rule's end are marked dead (``live``), so determinisation never
+enters them: that is what makes "a walk under the mask never reaches a dead end" true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from formcast.errors import GrammarError
+from formcast.grammar.ir import (
+    ByteSet,
+    CharSet,
+    Choice,
+    Expr,
+    Grammar,
+    Literal,
+    Ref,
+    Repeat,
+    Seq,
+    iter_refs,
+    utf8_byte_sequences,
+)
+
+# A rule whose inlined automaton would exceed this many NFA states is kept as a call rule
+# even when it is not recursive: inlining is only an optimisation, calls are always correct.
+INLINE_LIMIT = 6000
+# Bounded repetitions with at least this many copies are copied lazily (see LazyRepeat).
+LAZY_REPEAT_MIN = 8
+MAXNFA_STATES = 2_000_000
+
+
+@dataclass
+class NFA:
+    """Thompson NFA under construction: epsilon, byte-range and call edges per state."""
+
+    eps: list[list[int]] = field(default_factory=list)
+    byte_edges: list[list[tuple[int, int, int]]] = field(default_factory=list)
+    call_edges: list[list[tuple[int, int]]] = field(default_factory=list)
+    # exit state of a lazily copied repetition -> (the repetition, how many copies end there)
+    lazy_exits: dict[int, tuple[LazyRepeat, int]] = field(default_factory=dict)
+
+    def new_state(self) -> int:
+        if len(self.eps) >= MAXNFA_STATES:
+            raise GrammarError(
+                f"grammar is too large to compile: more than {MAXNFA_STATES} automaton states "
+                "(large bounded repetitions multiply; try smaller bounds)"
+            )
+        self.eps.append([])
+        self.byte_edges.append([])
+        self.call_edges.append([])
+        return len(self.eps) - 1
+
+
+def _paste_edges(nfa: NFA, edges: list, entry: int, delta: int) -> None:
+    """Append copies of snapshotted states (``entry`` is the first, already allocated),
+    shifting every edge target by ``delta``."""
+    for _ in range(len(edges) - 1):
+        nfa.new_state()
+    for i, (eps, byte_edges, call_edges) in enumerate(edges):
+        y = entry + i
+        nfa.eps[y] = [t + delta for t in eps]
+        nfa.byte_edges[y] = [(lo, hi, t + delta) for lo, hi, t in byte_edges]
+        nfa.call_edges[y] = [(name, t + delta) for name, t in call_edges]
+
+
+class LazyRepeat:
+    """``item{min,max}`` with a large ``max``: one copy is built, the others when first needed.
+
+    ``x{0,400}`` would otherwise be 400 copies of ``x``'s automaton at compile time, although
+    a generation visits a handful. Copy ``i`` ends in an exit state; what follows it (copy
+    ``i+1``, and the repetition's end once ``min`` copies are done) is produced by
+    ``successors`` when the DFA construction first steps past that exit. Liveness of every
+    copy equals that of the first, computed once with the first exit leading to the end.
+    """
+
+    def __init__(self, nfa: NFA, first: int, exit_: int, edges: list, copies: int,
+                 minimum: int, end: int, inner: list[tuple[LazyRepeat, int]]) -> None:
+        self.nfa = nfa
+        self.first = first
+        self.exit_offset = exit_ - first
+        self.edges = edges  # snapshot of the first copy's edges, absolute ids
+        self.copies = copies
+        self.minimum = minimum
+        self.end = end
+        self.inner = inner  # lazy repetitions inside the first copy: (record, its exit offset)
+        self.live: list[bool] | None = None  # liveness of the first copy's states
+        self.live_list: list[bool] | None = None  # the automaton's liveness, grown by copies
+        self._entries: dict[int, int] = {0: first}
+
+    def successors(self, done: int) -> list[int]:
+        """States reached by epsilon from the exit of copy ``done - 1``."""
+        out = []
+        if done < self.copies:
+            out.append(self._entry(done))
+        if done >= self.minimum:
+            out.append(self.end)
+        return out
+
+    def _entry(self, index: int) -> int:
+        got = self._entries.get(index)
+        if got is not None:
+            return got
+        nfa = self.nfa
+        entry = nfa.new_state()
+        delta = entry - self.first
+        _paste_edges(nfa, self.edges, entry, delta)
+        for record, offset in self.inner:
+            clone = record.shifted(delta)
+            nfa.lazy_exits[record.first + offset + delta] = (clone, 1)
+        if self.live is not None:
+            self.live_list.extend(self.live)
+        nfa.lazy_exits[entry + self.exit_offset] = (self, index + 1)
+        self._entries[index] = entry
+        return entry
+
+    def shifted(self, delta: int) -> LazyRepeat:
+        """The same repetition inside a copy of an enclosing one, ``delta`` states later."""
+        clone = LazyRepeat(self.nfa, self.first + delta, self.first + self.exit_offset + delta,
+                           [([t + delta for t in eps], [(lo, hi, t + delta) for lo, hi, t in be],
+                             [(n, t + delta) for n, t in ce]) for eps, be, ce in self.edges],
+                           self.copies, self.minimum, self.end + delta,
+                           [(r.shifted(delta), off) for r, off in self.inner])
+        clone.live = self.live
+        clone.live_list = self.live_list
+        return clone
+
+    def bind_liveness(self, live: list[bool]) -> None:
+        """Record the first copy's liveness; later copies append theirs to ``live``."""
+        self.live = live[self.first: self.first + len(self.edges)]
+        self.live_list = live
+        for record, _ in self.inner:
+            record.bind_liveness(live)
+
+
+# ----------------------------------------------------------------------------- call rules
+
+
+def _choose_call_rules(rules: Mapping[str, Expr], start: str) -> set[str]:
+    """Pick rules to keep as calls so that the remaining reference graph has no cycles."""
+    graph = {name: set(iter_refs(body)) for name, body in rules.items()}
+    calls = {start}
+    while True:
+        sccs = _cyclic_sccs({n: {m for m in out if m not in calls} for n, out in graph.items()
+                             if n not in calls})
+        if not sccs:
+            return calls
+        for scc in sccs:
+            # Cut the member referenced most often from inside its cycle.
+            best = max(sorted(scc), key=lambda n: sum(n in graph[m] for m in scc))
+            calls.add(best)
+
+
+def _cyclic_sccs(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components that contain a cycle (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    result: list[set[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, it = work[-1]
+            advanced = False
+            for nxt in it:
+                if nxt not in graph:
+                    continue
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                comp = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    comp.add(member)
+                    if member == node:
+                        break
+                if len(comp) > 1 or node in graph[node]:
+                    result.append(comp)
+    return result
+
+
+# ----------------------------------------------------------------------------- NFA building
+
+
+class _Builder:
+    def __init__(self, rules: Mapping[str, Expr], call_rules: set[str]) -> None:
+        self.rules = rules
+        self.call_rules = set(call_rules)
+        self.nfa = NFA()
+        self._size_memo: dict[str, int] = {}
+        self._utf8_memo: dict[CharSet, list[list[tuple[int, int]]]] = {}
+        self.lazy_repeats: list[LazyRepeat] = []
+        self._lazy_memo: dict[tuple[int, int], list[tuple[int, LazyRepeat, int]]] = {}
+        # inlined rule -> its first fragment (first, exit, stop, edge snapshot once copied)
+        self._inlined: dict[str, tuple] = {}
+        # Set when something that matches nothing was built: only then can NFA states be
+        # dead (unable to reach their rule's end), and liveness must be computed.
+        self.may_die = False
+
+    def _utf8_paths(self, e: CharSet) -> list[list[tuple[int, int]]]:
+        got = self._utf8_memo.get(e)
+        if got is None:
+            got = [seq for lo, hi in e.codepoint_ranges() for seq in utf8_byte_sequences(lo, hi)]
+            self._utf8_memo[e] = got
+        return got
+
+    def build_rule(self, name: str) -> tuple[int, int]:
+        start, end = self.nfa.new_state(), self.nfa.new_state()
+        self._build(self.rules[name], start, end, (name,))
+        return start, end
+
+    def _inline_size(self, name: str, path: tuple[str, ...]) -> int:
+        if name in self._size_memo:
+            return self._size_memo[name]
+        size = self._expr_size(self.rules[name], path + (name,))
+        self._size_memo[name] = size
+        return size
+
+    def _expr_size(self, e: Expr, path: tuple[str, ...]) -> int:
+        if isinstance(e, Literal):
+            return len(e.data) + 1
+        if isinstance(e, ByteSet | CharSet):
+            return 4
+        if isinstance(e, Seq | Choice):
+            return 2 + sum(self._expr_size(i, path) for i in e.items)
+        if isinstance(e, Repeat):
+            copies = max(e.min, 1) if e.max is None else e.max
+            if e.max is not None and e.max >= LAZY_REPEAT_MIN:
+                copies = 2  # built lazily: the first copy now, the others on demand
+            return 2 + copies * self._expr_size(e.item, path)
+        if isinstance(e, Ref):
+            if e.name in self.call_rules or e.name in path:
+                return 2
+            return self._inline_size(e.name, path)
+        raise GrammarError(f"unknown IR node {e!r}")
+
+    def _build(self, e: Expr, start: int, end: int, path: tuple[str, ...]) -> None:
+        nfa = self.nfa
+        if isinstance(e, Literal):
+            cur = start
+            for i, byte in enumerate(e.data):
+                nxt = end if i == len(e.data) - 1 else nfa.new_state()
+                nfa.byte_edges[cur].append((byte, byte, nxt))
+                cur = nxt
+            if not e.data:
+                nfa.eps[start].append(end)
+        elif isinstance(e, ByteSet):
+            self.may_die |= not e.ranges
+            for lo, hi in e.ranges:
+                nfa.byte_edges[start].append((lo, hi, end))
+        elif isinstance(e, CharSet):
+            paths = self._utf8_paths(e)
+            self.may_die |= not paths
+            for byte_ranges in paths:
+                cur = start
+                for i, (blo, bhi) in enumerate(byte_ranges):
+                    nxt = end if i == len(byte_ranges) - 1 else nfa.new_state()
+                    nfa.byte_edges[cur].append((blo, bhi, nxt))
+                    cur = nxt
+        elif isinstance(e, Seq):
+            if not e.items:
+                nfa.eps[start].append(end)
+                return
+            cur = start
+            for i, item in enumerate(e.items):
+                nxt = end if i == len(e.items) - 1 else nfa.new_state()
+                self._build(item, cur, nxt, path)
+                cur = nxt
+        elif isinstance(e, Choice):
+            self.may_die |= not e.items
+            for item in e.items:
+                s = nfa.new_state()
+                nfa.eps[start].append(s)
+                self._build(item, s, end, path)
+        elif isinstance(e, Repeat):
+            self._build_repeat(e, start, end, path)
+        elif isinstance(e, Ref):
+            self._build_ref(e.name, start, end, path)
+        else:
+            raise GrammarError(f"unknown IR node {e!r}")
+
+    def _build_repeat(self, e: Repeat, start: int, end: int, path: tuple[str, ...]) -> None:
+        nfa = self.nfa
+        if e.max is not None and e.max >= LAZY_REPEAT_MIN:
+            self._build_lazy_repeat(e, start, end, path)
+            return
+        copies = e.min + (1 if e.max is None else e.max - e.min)
+        template = None  # (first state, exit state, edges of each state) of the first copy
+        cur = start
+        for i in range(copies):
+            optional = i >= e.min
+            if optional and e.max is not None:
+                nfa.eps[cur].append(end)
+            entry = nfa.new_state()
+            nfa.eps[cur].append(entry)
+            if template is None:
+                first = entry
+                exit_ = nfa.new_state()
+                self._build(e.item, entry, exit_, path)
+                # Snapshot now (edges added to the exit later point outside the copy), and
+                # only when a second copy will be made: x? and x* have just one.
+                template = (first, exit_, [
+                    (list(nfa.eps[x]), list(nfa.byte_edges[x]), list(nfa.call_edges[x]))
+                    for x in range(first, len(nfa.eps))]) if copies > 1 else (first, exit_, [])
+            else:
+                # Later copies are the first one shifted: copying edges is much cheaper
+                # than compiling the item again.
+                exit_ = self._copy_fragment(template, entry)
+            if optional and e.max is None:
+                nfa.eps[exit_].append(entry)  # item* loops on its single optional copy
+                nfa.eps[entry].append(end)
+                return
+            cur = exit_
+        nfa.eps[cur].append(end)
+
+    def _build_lazy_repeat(self, e: Repeat, start: int, end: int, path: tuple[str, ...]) -> None:
+        nfa = self.nfa
+        first = nfa.new_state()
+        nfa.eps[start].append(first)
+        if e.min == 0:
+            nfa.eps[start].append(end)
+        exit_ = nfa.new_state()
+        self._build(e.item, first, exit_, path)
+        exit_ = self._compact_fragment(first, exit_)
+        stop = len(nfa.eps)
+        edges = [(list(nfa.eps[x]), list(nfa.byte_edges[x]), list(nfa.call_edges[x]))
+                 for x in range(first, stop)]
+        inner = [(rec, x - rec.first) for x, (rec, done) in nfa.lazy_exits.items()
+                 if first <= x < stop and done == 1 and first <= rec.first < stop]
+        record = LazyRepeat(nfa, first, exit_, edges, e.max, e.min, end, inner)
+        nfa.lazy_exits[exit_] = (record, 1)
+        self.lazy_repeats.append(record)
+
+    def _compact_fragment(self, first: int, exit_: int) -> int:
+        """Replace the just-built states ``[first, end of NFA)`` by their determinised form
+        when that is smaller; return the (possibly new) exit state.
+
+        A lazily repeated item is copied once per repetition reached, so its size matters:
+        a JSON string character with every escape spelled exactly is ~90 NFA states but
+        ~25 DFA states. Only plain byte fragments qualify (no rule calls, no inner lazy
+        repetitions); ``first`` keeps its id, the exit becomes the last state.
+        """
+        nfa = self.nfa
+        stop = len(nfa.eps)
+        if any(nfa.call_edges[x] for x in range(first, stop)) or \
+                any(first <= x < stop for x in nfa.lazy_exits):
+            return exit_
+        memo: dict[int, frozenset[int]] = {}
+
+        def closure(x: int) -> frozenset[int]:
+            got = memo.get(x)
+            if got is None:
+                seen = {x}
+                work = [x]
+                while work:
+                    for y in nfa.eps[work.pop()]:
+                        if y not in seen:
+                            seen.add(y)
+                            work.append(y)
+                got = memo[x] = frozenset(seen)
+            return got
+
+        ids: dict[frozenset[int], int] = {}
+        order: list[frozenset[int]] = []
+        rows: list[list[tuple[int, int, int]]] = []
+
+        def intern(states: frozenset[int]) -> int:
+            got = ids.get(states)
+            if got is None:
+                got = ids[states] = len(order)
+                order.append(states)
+            return got
+
+        intern(closure(first))
+        i = 0
+        while i < len(order):
+            edges = [(lo, hi, t) for x in order[i] for lo, hi, t in nfa.byte_edges[x]]
+            row: list[tuple[int, int, int]] = []
+            if edges:
+                points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+                for a, b in zip(points, points[1:], strict=False):
+                    targets = frozenset().union(*(closure(t) for lo, hi, t in edges
+                                                  if lo <= a and b - 1 <= hi))
+                    if targets:
+                        target = intern(targets)
+                        if row and row[-1][1] == a - 1 and row[-1][2] == target:
+                            row[-1] = (row[-1][0], b - 1, target)
+                        else:
+                            row.append((a, b - 1, target))
+            rows.append(row)
+            i += 1
+            if len(order) >= stop - first:
+                return exit_  # not smaller: keep the NFA as built
+        del nfa.eps[first:], nfa.byte_edges[first:], nfa.call_edges[first:]
+        for _ in range(len(order) + 1):
+            nfa.new_state()
+        new_exit = first + len(order)
+        for k, states in enumerate(order):
+            nfa.byte_edges[first + k] = [(lo, hi, first + t) for lo, hi, t in rows[k]]
+            if exit_ in states:
+                nfa.eps[first + k].append(new_exit)
+        return new_exit
+
+    def _copy_fragment(self, template: tuple[int, int, list], entry: int) -> int:
+        """Duplicate the template's states so that its first state lands on ``entry`` (a
+        state just allocated); return where the template's exit lands."""
+        first, exit_, edges = template
+        nfa = self.nfa
+        delta = entry - first
+        _paste_edges(nfa, edges, entry, delta)
+        for x, record, done in self._lazy_inside(first, first + len(edges)):
+            clone = record.shifted(delta)
+            nfa.lazy_exits[x + delta] = (clone, done)
+            self.lazy_repeats.append(clone)
+        return exit_ + delta
+
+    def _lazy_inside(self, first: int, stop: int) -> list[tuple[int, LazyRepeat, int]]:
+        """Lazy repetitions registered inside the states ``[first, stop)`` (memoised: a
+        template is copied many times)."""
+        key = (first, stop)
+        got = self._lazy_memo.get(key)
+        if got is None:
+            got = [(x, rec, done) for x, (rec, done) in self.nfa.lazy_exits.items()
+                   if first <= x < stop and first <= rec.first < stop]
+            self._lazy_memo[key] = got
+        return got
+
+    def _build_ref(self, name: str, start: int, end: int, path: tuple[str, ...]) -> None:
+        if name not in self.call_rules and name not in path and \
+                self._inline_size(name, path) > INLINE_LIMIT:
+            self.call_rules.add(name)
+        if name in self.call_rules or name in path:
+            self.call_rules.add(name)
+            self.nfa.call_edges[start].append((name, end))  # type: ignore[arg-type]
+            return
+        nfa = self.nfa
+        entry = nfa.new_state()
+        nfa.eps[start].append(entry)
+        built = self._inlined.get(name)
+        if built is None:
+            exit_ = nfa.new_state()
+            self._build(self.rules[name], entry, exit_, path + (name,))
+            self._inlined[name] = (entry, exit_, len(nfa.eps), None)
+        else:
+            # Inlined before: copy that fragment (about 5x cheaper than building it again).
+            first, old_exit, stop, edges = built
+            if edges is None:
+                edges = [([] if x == old_exit else list(nfa.eps[x]), list(nfa.byte_edges[x]),
+                          list(nfa.call_edges[x])) for x in range(first, stop)]
+                self._inlined[name] = (first, old_exit, stop, edges)
+            exit_ = self._copy_fragment((first, old_exit, edges), entry)
+        nfa.eps[exit_].append(end)
+
+
+# ----------------------------------------------------------------------------- liveness
+
+
+def _rules_productive(rules: Mapping[str, Expr], names: set[str]) -> bool:
+    """Whether every rule in ``names`` derives at least one string (fixpoint over the IR)."""
+    productive: set[str] = set()
+
+    def derives(e: Expr) -> bool:
+        if isinstance(e, Literal):
+            return True
+        if isinstance(e, ByteSet):
+            return bool(e.ranges)
+        if isinstance(e, CharSet):
+            return bool(e.codepoint_ranges())
+        if isinstance(e, Seq):
+            return all(derives(i) for i in e.items)
+        if isinstance(e, Choice):
+            return any(derives(i) for i in e.items)
+        if isinstance(e, Repeat):
+            return e.min == 0 or derives(e.item)
+        if isinstance(e, Ref):
+            return e.name in productive
+        return False
+
+    changed = True
+    while changed:
+        changed = False
+        for name, body in rules.items():
+            if name not in productive and derives(body):
+                productive.add(name)
+                changed = True
+    return names <= productive
+
+
+def _live_nfa_states(nfa: NFA, fragments: dict[str, tuple[int, int]],
+                     order: list[str]) -> list[bool]:
+    """NFA states from which their rule's end can be reached, through productive calls only.
+
+    A call edge counts only once the called rule is productive (its start is live), so a
+    backward search from every rule end settles liveness and productivity together.
+    """
+    n = len(nfa.eps)
+    reverse: list[list[int]] = [[] for _ in range(n)]
+    call_reverse: list[list[tuple[str, int]]] = [[] for _ in range(n)]
+    for s in range(n):
+        for t in nfa.eps[s]:
+            reverse[t].append(s)
+        for _, _, t in nfa.byte_edges[s]:
+            reverse[t].append(s)
+        for name, t in nfa.call_edges[s]:
+            call_reverse[t].append((name, s))
+    for x, (record, _) in nfa.lazy_exits.items():
+        # Stand-in for "the remaining copies, then the end": every copy is alike.
+        reverse[record.end].append(x)
+    starts = {fragments[name][0]: name for name in order}
+    live = [False] * n
+    productive: set[str] = set()
+    waiting: dict[str, list[int]] = {}
+    stack = []
+
+    def mark(s: int) -> None:
+        if not live[s]:
+            live[s] = True
+            stack.append(s)
+
+    for name in order:
+        mark(fragments[name][1])
+    while stack:
+        t = stack.pop()
+        name = starts.get(t)
+        if name is not None and name not in productive:
+            productive.add(name)
+            for s in waiting.pop(name, ()):
+                mark(s)
+        for s in reverse[t]:
+            mark(s)
+        for callee, s in call_reverse[t]:
+            if callee in productive:
+                mark(s)
+            else:
+                waiting.setdefault(callee, []).append(s)
+    return live
+
+
+def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[str], list[bool]]:
+    """The NFA of every call rule of ``grammar``: ``(nfa, fragments, order, live)``.
+
+    ``fragments[name]`` is the rule's (start, end) state pair, ``order`` the call rules with
+    the start rule first, ``live[s]`` whether state ``s`` can reach its rule's end.
+    """
+    rules = grammar.rules
+    call_rules = _choose_call_rules(rules, grammar.start)
+    builder = _Builder(rules, call_rules)
+    order = [grammar.start] + sorted(r for r in call_rules if r != grammar.start)
+    fragments = {name: builder.build_rule(name) for name in order}
+    # Inlining may have promoted more rules to calls while building: build those too.
+    while True:
+        missing = [r for r in builder.call_rules if r not in fragments]
+        if not missing:
+            break
+        for name in sorted(missing):
+            order.append(name)
+            fragments[name] = builder.build_rule(name)
+    nfa = builder.nfa
+    if builder.may_die or not _rules_productive(rules, set(order)):
+        live = _live_nfa_states(nfa, fragments, order)
+    else:
+        # Thompson fragments of expressions that all match something: every state can
+        # reach its rule's end.
+        live = [True] * len(nfa.eps)
+    for record in builder.lazy_repeats:
+        record.bind_liveness(live)
+    return nfa, fragments, order, live
