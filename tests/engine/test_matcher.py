@@ -409,3 +409,25 @@ def test_mask_is_exact_deep_inside_a_long_bounded_string(smollm2_vocab):
         assert refused == []
         assert mask[[t for t, b in enumerate(smollm2_vocab.token_bytes) if b == b" " * 16]].all()
         assert m.accept_bytes(chunk)
+
+
+def test_masks_stay_exact_up_to_the_bound_of_a_long_string(smollm2_vocab):
+    # Far from the bounds, positions of a long repetition share one token verdict (the same
+    # automaton for the next max-token-length bytes); near maxLength they must not: a token
+    # longer than the room left is refused, and the closing quote is required at the end.
+    vocab = smollm2_vocab
+    grammar = Grammar.from_regex(r'"[a-z ]{0,300}"')
+    m = Matcher(grammar, vocab)
+    assert m.accept_bytes(b'"')
+    long_tokens = [t for t, b in enumerate(vocab.token_bytes) if b == b" " * 16]
+    for done in range(0, 300, 13):
+        mask = m.next_token_mask()
+        sample = [t for t, b in enumerate(vocab.token_bytes)
+                  if b and (b.strip(b" ") == b"" or b.isalpha() and b.islower() or b'"' in b)]
+        for t in sample:
+            assert bool(mask[t]) == m.copy().accept_token(t), (done, vocab.token_bytes[t])
+        assert bool(mask[long_tokens].all()) == (300 - done >= 16), done
+        assert m.accept_bytes(b"abcdefghijklm"[: min(13, 300 - done)])
+    # 300 characters in: only the closing quote is left.
+    assert m.forced_bytes() == b'"'
+    assert not m.copy().accept_bytes(b"a")

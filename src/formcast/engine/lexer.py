@@ -66,6 +66,38 @@ class Automaton:
     def accepting(self) -> np.ndarray:
         return np.array(self.accepting_list, dtype=bool)
 
+    def horizon_key(self, q: int, horizon: int) -> tuple | None:
+        """A key shared by states whose futures agree for ``horizon`` bytes, or None.
+
+        Inside a long lazy repetition (``maxLength: 400``), the same position in copy ``c``
+        and in copy ``c + 1`` behaves identically for any token, as long as both are past the
+        minimum and more than ``horizon`` copies remain before the maximum: every copy is the
+        same automaton and the states after the repetition are shared. Keying token verdicts
+        by this makes one classification serve a whole stretch of a bounded string.
+        """
+        rule, states = self._sets[q]
+        copy_of = self._nfa.copy_of
+        record = None
+        inside: list[tuple[int, int]] = []
+        outside: list[int] = []
+        for x in states:
+            info = copy_of.get(x)
+            if info is None:
+                outside.append(x)
+                continue
+            if record is None:
+                record = info[0]
+            elif info[0] is not record:
+                return None
+            inside.append((info[1], info[2]))
+        if record is None or record.nullable:
+            return None
+        low = min(i for i, _ in inside)
+        high = max(i for i, _ in inside)
+        if low < record.minimum or record.copies - high <= horizon + 1:
+            return None
+        return (rule, record, frozenset((i - low, o) for i, o in inside), frozenset(outside))
+
     def ensure(self, q: int) -> None:
         """Build the transitions of state ``q`` if they are not built yet."""
         if self.trans_rows[q] is not None:

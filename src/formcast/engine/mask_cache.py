@@ -205,6 +205,7 @@ class MaskCache:
         self.table = table
         self.dense = DenseStates(parser)
         self._verdicts: dict[int, StateVerdict] = {}
+        self._horizon_verdicts: dict[tuple, StateVerdict] = {}  # see Automaton.horizon_key
         self._masks: OrderedDict[State, np.ndarray] = OrderedDict()
         self._packed: dict[State, np.ndarray] = {}
         self.max_masks = max(64, MASK_CACHE_BYTES // max(table.size, 1))
@@ -215,12 +216,19 @@ class MaskCache:
     def verdict(self, q: int) -> StateVerdict:
         got = self._verdicts.get(q)
         if got is None:
+            key = self.auto.horizon_key(q, self.table.trie.max_len)
+            got = self._horizon_verdicts.get(key) if key is not None else None
+            if got is not None:
+                self._verdicts[q] = got
+                return got
             if len(self.dense) > DENSE_STATE_LIMIT:
                 # Deeply recursive grammars can keep minting states: start the table afresh
                 # (verdicts already computed stay valid; they hold masks, not state ids).
                 self.dense = DenseStates(self.parser)
             got = classify_tokens(self.dense, self.table, self.dense.intern(frozenset(((q,),))))
             self._verdicts[q] = got
+            if key is not None:
+                self._horizon_verdicts[key] = got
         return got
 
     def mask_for(self, state: State) -> np.ndarray:

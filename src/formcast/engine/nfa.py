@@ -36,7 +36,7 @@ from formcast.grammar.ir import (
 INLINE_LIMIT = 6000
 # Bounded repetitions with at least this many copies are copied lazily (see LazyRepeat).
 LAZY_REPEAT_MIN = 8
-MAXNFA_STATES = 2_000_000
+MAX_NFA_STATES = 2_000_000
 
 
 @dataclass
@@ -48,11 +48,13 @@ class NFA:
     call_edges: list[list[tuple[int, int]]] = field(default_factory=list)
     # exit state of a lazily copied repetition -> (the repetition, how many copies end there)
     lazy_exits: dict[int, tuple[LazyRepeat, int]] = field(default_factory=dict)
+    # state inside a copy of a lazy repetition -> (the repetition, copy index, offset in copy)
+    copy_of: dict[int, tuple[LazyRepeat, int, int]] = field(default_factory=dict)
 
     def new_state(self) -> int:
-        if len(self.eps) >= MAXNFA_STATES:
+        if len(self.eps) >= MAX_NFA_STATES:
             raise GrammarError(
-                f"grammar is too large to compile: more than {MAXNFA_STATES} automaton states "
+                f"grammar is too large to compile: more than {MAX_NFA_STATES} automaton states "
                 "(large bounded repetitions multiply; try smaller bounds)"
             )
         self.eps.append([])
@@ -94,8 +96,30 @@ class LazyRepeat:
         self.end = end
         self.inner = inner  # lazy repetitions inside the first copy: (record, its exit offset)
         self.live: list[bool] | None = None  # liveness of the first copy's states
+        self.nullable = self._item_nullable()
+        self._register(first, 0)
         self.live_list: list[bool] | None = None  # the automaton's liveness, grown by copies
         self._entries: dict[int, int] = {0: first}
+
+    def _item_nullable(self) -> bool:
+        """Whether one copy can be crossed without a byte (then copies are not a horizon)."""
+        exit_ = self.first + self.exit_offset
+        seen = {self.first}
+        work = [self.first]
+        while work:
+            x = work.pop()
+            if x == exit_:
+                return True
+            for y in self.edges[x - self.first][0]:
+                if y not in seen and self.first <= y < self.first + len(self.edges):
+                    seen.add(y)
+                    work.append(y)
+        return False
+
+    def _register(self, entry: int, index: int) -> None:
+        copy_of = self.nfa.copy_of
+        for offset in range(len(self.edges)):
+            copy_of[entry + offset] = (self, index, offset)
 
     def successors(self, done: int) -> list[int]:
         """States reached by epsilon from the exit of copy ``done - 1``."""
@@ -114,6 +138,7 @@ class LazyRepeat:
         entry = nfa.new_state()
         delta = entry - self.first
         _paste_edges(nfa, self.edges, entry, delta)
+        self._register(entry, index)
         for record, offset in self.inner:
             clone = record.shifted(delta)
             nfa.lazy_exits[record.first + offset + delta] = (clone, 1)
@@ -360,6 +385,8 @@ class _Builder:
         inner = [(rec, x - rec.first) for x, (rec, done) in nfa.lazy_exits.items()
                  if first <= x < stop and done == 1 and first <= rec.first < stop]
         record = LazyRepeat(nfa, first, exit_, edges, e.max, e.min, end, inner)
+        for inner_record, _ in inner:  # the innermost repetition owns its states
+            inner_record._register(inner_record.first, 0)
         nfa.lazy_exits[exit_] = (record, 1)
         self.lazy_repeats.append(record)
 
