@@ -451,6 +451,10 @@ class _Builder:
             if len(order) >= stop - first:
                 return exit_  # not smaller: keep the NFA as built
         del nfa.eps[first:], nfa.byte_edges[first:], nfa.call_edges[first:]
+        # Fragments remembered inside the replaced states are gone: forget them, or a later
+        # use of the same rule would copy whatever states take their numbers.
+        self._inlined = {k: v for k, v in self._inlined.items() if v[0] < first}
+        self._lazy_memo = {k: v for k, v in self._lazy_memo.items() if k[0] < first}
         for _ in range(len(order) + 1):
             nfa.new_state()
         new_exit = first + len(order)
