@@ -52,6 +52,7 @@ _EXPORTS = {
     "RegexSyntaxError": "formcast.errors",
     "UnsupportedRegexError": "formcast.errors",
     "LeftRecursionError": "formcast.errors",
+    "AmbiguousGrammarError": "formcast.errors",
     "SchemaError": "formcast.errors",
     "UnsupportedSchemaError": "formcast.errors",
     "VocabularyError": "formcast.errors",
@@ -82,6 +83,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from formcast.engine.matcher import CompiledGrammar, Matcher
     from formcast.engine.vocab import Vocabulary
     from formcast.errors import (
+        AmbiguousGrammarError,
         BudgetExhaustedError,
         FormcastError,
         GBNFSyntaxError,

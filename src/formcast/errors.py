@@ -52,6 +52,23 @@ class LeftRecursionError(GrammarError):
     """A rule can reach itself without consuming input; a top-down matcher would loop."""
 
 
+class AmbiguousGrammarError(GrammarError):
+    """The grammar is so ambiguous that the set of pending parses explodes (each byte
+    multiplies the ways a recursion can be split); refused at a bound instead of exhausting
+    memory. ``stacks`` is the size the parse reached, ``limit`` the bound."""
+
+    def __init__(self, stacks: int, limit: int, rules: list[str]) -> None:
+        self.stacks = stacks
+        self.limit = limit
+        self.rules = rules
+        named = ", ".join(repr(r) for r in rules[:4]) or "(root)"
+        super().__init__(
+            f"the grammar is too ambiguous to match: {stacks} pending parses (limit {limit}) "
+            f"inside rule(s) {named}; make the recursion unambiguous, e.g. replace "
+            "'x ::= \"a\" | \"a\" x{2,4}' by a repetition such as 'x ::= \"a\"+'"
+        )
+
+
 class SchemaError(FormcastError, ValueError):
     """A JSON Schema that is itself malformed. ``pointer`` locates the bad part."""
 

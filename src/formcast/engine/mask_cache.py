@@ -15,22 +15,22 @@ Two levels of work, both shared by every matcher of the same (grammar, vocabular
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from formcast.engine.lexer import Automaton
+from formcast.engine.memo_budget import MemoBudget, default_budget
 from formcast.engine.parser import DenseStates, Parser, State
 from formcast.engine.token_trie import TokenTrie, concat_ranges
 
-MASK_CACHE_BYTES = 256 * 1024 * 1024
 # A state that loops on at least this many bytes gets its looping tokens from a slice.
 SLICE_MIN_BYTES = 32
 # Below this many live trie nodes holding at most SCALAR_TOKENS tokens, the walk goes on
 # token by token in Python (cheaper than numpy calls per level for a handful of tokens).
 SCALAR_NODES = 32
 SCALAR_TOKENS = 256
+_UNKNOWN = object()
 # Upper bound on numbered parser states kept for token walks (1 KiB of table each).
 DENSE_STATE_LIMIT = 100_000
 
@@ -197,38 +197,48 @@ def _slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np.ndarra
 
 
 class MaskCache:
-    """Masks for one (automaton, vocabulary) pair, memoised at both levels."""
+    """Masks for one (automaton, vocabulary) pair, memoised at both levels.
 
-    def __init__(self, auto: Automaton, parser: Parser, table: TokenTable) -> None:
+    Masks, packed masks and token verdicts count against ``budget``, one bound for the whole
+    process (``FORMCAST_MASK_CACHE_MB``, 1 GiB by default) whatever the number of grammars.
+    """
+
+    def __init__(self, auto: Automaton, parser: Parser, table: TokenTable,
+                 budget: MemoBudget = default_budget) -> None:
         self.auto = auto
         self.parser = parser
         self.table = table
         self.dense = DenseStates(parser)
         self._verdicts: dict[int, StateVerdict] = {}
         self._horizon_verdicts: dict[tuple, StateVerdict] = {}  # see Automaton.horizon_key
-        self._masks: OrderedDict[State, np.ndarray] = OrderedDict()
+        self._horizon_of: dict[int, tuple | None] = {}
+        self._masks: dict[State, np.ndarray] = {}
         self._packed: dict[State, np.ndarray] = {}
-        self.max_masks = max(64, MASK_CACHE_BYTES // max(table.size, 1))
+        self.budget = budget
         self.masks_computed = 0
         self.cache_hits = 0
         self.compute_seconds = 0.0
 
     def verdict(self, q: int) -> StateVerdict:
         got = self._verdicts.get(q)
-        if got is None:
+        if got is not None:
+            return got
+        key = self._horizon_of.get(q, _UNKNOWN)
+        if key is _UNKNOWN:
             key = self.auto.horizon_key(q, self.table.trie.max_len)
-            got = self._horizon_verdicts.get(key) if key is not None else None
+            self._horizon_of[q] = key
+        if key is not None:
+            got = self._horizon_verdicts.get(key)
             if got is not None:
-                self._verdicts[q] = got
                 return got
-            if len(self.dense) > DENSE_STATE_LIMIT:
-                # Deeply recursive grammars can keep minting states: start the table afresh
-                # (verdicts already computed stay valid; they hold masks, not state ids).
-                self.dense = DenseStates(self.parser)
-            got = classify_tokens(self.dense, self.table, self.dense.intern(frozenset(((q,),))))
-            self._verdicts[q] = got
-            if key is not None:
-                self._horizon_verdicts[key] = got
+        if len(self.dense) > DENSE_STATE_LIMIT:
+            # Deeply recursive grammars can keep minting states: start the table afresh
+            # (verdicts already computed stay valid; they hold masks, not state ids).
+            self.dense = DenseStates(self.parser)
+        got = classify_tokens(self.dense, self.table, self.dense.intern(frozenset(((q,),))))
+        store, at = (self._verdicts, q) if key is None else (self._horizon_verdicts, key)
+        store[at] = got
+        self.budget.charge(store, at, got.allowed.nbytes + got.needs_context.nbytes)
         return got
 
     def mask_for(self, state: State) -> np.ndarray:
@@ -240,10 +250,8 @@ class MaskCache:
         t0 = time.perf_counter()
         mask = self._compute(state)
         mask.flags.writeable = False
-        if len(self._masks) >= self.max_masks:
-            old, _ = self._masks.popitem(last=False)
-            self._packed.pop(old, None)
         self._masks[state] = mask
+        self.budget.charge(self._masks, state, mask.nbytes)
         self.masks_computed += 1
         self.compute_seconds += time.perf_counter() - t0
         return mask
@@ -255,6 +263,7 @@ class MaskCache:
             got = pack_mask(self.mask_for(state))
             got.flags.writeable = False
             self._packed[state] = got
+            self.budget.charge(self._packed, state, got.nbytes)
         else:
             self.cache_hits += 1
         return got

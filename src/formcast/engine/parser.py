@@ -21,11 +21,16 @@ from collections import OrderedDict
 import numpy as np
 
 from formcast.engine.lexer import Automaton
+from formcast.errors import AmbiguousGrammarError
 
 Stack = tuple[int, ...]
 State = frozenset[Stack]
 
 MAX_STACK_DEPTH = 2000
+# Bound on the stacks of one parser state. Unambiguous grammars (every JSON Schema, the usual
+# GBNF) keep a handful; an ambiguous recursion such as root ::= "a" | "a" root{2,4} multiplies
+# them at every byte and would exhaust memory, so it is refused with a clear error instead.
+MAX_PARSE_STACKS = 4096
 _MEMO_LIMIT = 200_000
 
 
@@ -60,11 +65,19 @@ class Parser:
                 out.update(self.close_stack(below))
         else:
             out = set(suffixes)
+        if len(out) > MAX_PARSE_STACKS:
+            self._refuse(out)
         result = tuple(sorted(out))
         if len(self._closure_memo) > _MEMO_LIMIT:
             self._closure_memo.clear()
         self._closure_memo[stack] = result
         return result
+
+    def _refuse(self, stacks: set[Stack] | list[Stack]) -> None:
+        sets = self.auto._sets
+        names = self.auto.rule_names
+        rules = sorted({names[sets[st[-1]][0]] for st in stacks if st})
+        raise AmbiguousGrammarError(len(stacks), MAX_PARSE_STACKS, rules)
 
     def _is_final(self, q: int) -> bool:
         """Whether DFA state ``q`` can only end its rule (accepting, no bytes, no calls)."""
@@ -124,6 +137,8 @@ class Parser:
         out: list[Stack] = []
         for kernel in state:
             out.extend(self.close_stack(kernel))
+        if len(out) > MAX_PARSE_STACKS:
+            self._refuse(out)
         return out
 
     # -- stepping -----------------------------------------------------------------------
@@ -141,6 +156,8 @@ class Parser:
                 nxt = rows[st[-1]][byte]
                 if nxt >= 0:
                     out.add(st[:-1] + (nxt,))
+        if len(out) > MAX_PARSE_STACKS:
+            self._refuse(out)
         result = frozenset(out)
         if len(memo) >= _MEMO_LIMIT:
             memo.popitem(last=False)
