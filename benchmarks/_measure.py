@@ -142,6 +142,7 @@ def measure(engine: Engine, workload: Workload, repeats: int,
         compiled: Any = None
         for repeat in range(max(1, repeats)):
             compiled = None
+            engine.before_compile()
             t0 = time.perf_counter_ns()
             compiled = engine.compile(workload)
             out.compile_ms.append((time.perf_counter_ns() - t0) / 1e6)
@@ -160,6 +161,7 @@ def measure(engine: Engine, workload: Workload, repeats: int,
 def warm_up(engine: Engine, workload: Workload) -> str | None:
     """Pay one-time process costs (thread pools, lazy tables) before anything is timed."""
     try:
+        engine.before_compile()
         compiled = engine.compile(workload)
         bitmask = engine.allocate()
         matcher = engine.new_matcher(compiled)

@@ -8,14 +8,14 @@ import pytest
 from formcast.engine import memo_budget
 from formcast.engine.mask_cache import MaskCache
 from formcast.engine.matcher import Matcher
-from formcast.engine.memo_budget import MemoBudget
+from formcast.engine.memo_budget import MemoBudget, MemoStore
 from formcast.engine.vocab import Vocabulary
 from formcast.grammar.ir import Grammar
 
 
 def test_oldest_entries_of_any_store_are_evicted_beyond_the_limit():
     budget = MemoBudget(limit_bytes=120)
-    first, second = {}, {}
+    first, second = MemoStore(), MemoStore()
     for i in range(3):
         first[i] = b"x"
         budget.charge(first, i, 30)
@@ -30,7 +30,7 @@ def test_oldest_entries_of_any_store_are_evicted_beyond_the_limit():
 
 def test_an_entry_larger_than_the_limit_is_kept_until_the_next_one():
     budget = MemoBudget(limit_bytes=10)
-    store = {"big": 1}
+    store = MemoStore(big=1)
     budget.charge(store, "big", 1000)
     assert store == {"big": 1}
     store["next"] = 2
@@ -40,10 +40,24 @@ def test_an_entry_larger_than_the_limit_is_kept_until_the_next_one():
 
 def test_charging_a_key_again_replaces_its_size():
     budget = MemoBudget(limit_bytes=100)
-    store = {"k": 1}
+    store = MemoStore(k=1)
     budget.charge(store, "k", 40)
     budget.charge(store, "k", 60)
     assert budget.used_bytes == 60 and store == {"k": 1}
+
+
+def test_a_dropped_store_leaves_the_budget_at_once():
+    budget = MemoBudget(limit_bytes=100)
+    gone, kept = MemoStore(a=1, b=2), MemoStore(c=3)
+    budget.charge(gone, "a", 40)
+    budget.charge(gone, "b", 40)
+    budget.charge(kept, "c", 10)
+    del gone
+    assert budget.used_bytes == 10
+    for key in "defg":
+        kept[key] = 0
+        budget.charge(kept, key, 20)  # 90 bytes: nothing of the live store is evicted
+    assert set(kept) == set("cdefg") and budget.evictions == 0
 
 
 def test_limit_comes_from_the_environment(monkeypatch):

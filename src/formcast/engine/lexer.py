@@ -40,11 +40,13 @@ class Automaton:
         self._live = live
         self._rule_index = {name: i for i, name in enumerate(order)}
         self._eps_memo: dict[int, frozenset[int]] = {}
+        self._important_memo: dict[int, frozenset[int]] = {}
         self._ids: dict[tuple[int, frozenset[int]], int] = {}
         self._sets: list[tuple[int, frozenset[int]]] = []
         self.rule_names = order
         self.trans = np.full((256, 256), -1, dtype=np.int32)
         self.trans_rows: list[list[int] | None] = []
+        self.row_targets: list[list[int] | None] = []  # distinct successors of each built row
         self.calls: list[tuple[tuple[int, int], ...] | None] = []
         self.accepting_list: list[bool] = []
         self.has_bytes: list[bool] = []
@@ -106,15 +108,33 @@ class Automaton:
         live = self._live
         rule, states = self._sets[q]
         end = self._ends[rule]
-        edges = [(lo, hi, t) for x in states for lo, hi, t in nfa.byte_edges[x] if live[t]]
+        byte_edges = nfa.byte_edges
+        edges = [edge for x in states for edge in byte_edges[x] if live[edge[2]]]
         row = [-1] * 256
-        if edges:
+        targets: list[int] = []
+        if len(edges) == 1:
+            lo, hi, t = edges[0]
+            target = self._intern(rule, self._important_closure(t, end))
+            row[lo:hi + 1] = [target] * (hi + 1 - lo)
+            targets.append(target)
+        elif edges:
+            # Sweep the byte axis: between consecutive edge bounds the set of covering edges
+            # is constant, and so is the successor.
             points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+            memo: dict[frozenset[int], int] = {}
             for a, b in zip(points, points[1:], strict=False):
-                targets = frozenset().union(*(self._closure(t) for lo, hi, t in edges
-                                              if lo <= a and b - 1 <= hi))
-                if targets:
-                    row[a:b] = [self._intern(rule, self._important(targets, end))] * (b - a)
+                covering = [t for lo, hi, t in edges if lo <= a and b - 1 <= hi]
+                if not covering:
+                    continue
+                if len(covering) == 1:
+                    nxt = self._important_closure(covering[0], end)
+                else:
+                    nxt = frozenset().union(*[self._important_closure(t, end) for t in covering])
+                target = memo.get(nxt)
+                if target is None:
+                    target = memo[nxt] = self._intern(rule, nxt)
+                    targets.append(target)
+                row[a:b] = [target] * (b - a)
         call_map: dict[int, set[int]] = {}
         fragments = self._fragments
         for x in states:
@@ -124,8 +144,17 @@ class Automaton:
         self.calls[q] = tuple(sorted((cr, self._intern(rule, self._important(frozenset(ts), end)))
                                      for cr, ts in call_map.items()))
         self.trans_rows[q] = row
+        self.row_targets[q] = targets
         self.trans[q] = row
         self.has_bytes[q] = bool(edges)
+
+    def _important_closure(self, t: int, end: int) -> frozenset[int]:
+        """The states of ``t``'s closure that matter to a DFA state (memoised per ``t``: the
+        closure stays inside one rule's fragment, so ``end`` is always the same for ``t``)."""
+        got = self._important_memo.get(t)
+        if got is None:
+            got = self._important_memo[t] = self._important(self._closure(t), end)
+        return got
 
     def _closure(self, s: int) -> frozenset[int]:
         got = self._eps_memo.get(s)
@@ -163,6 +192,7 @@ class Automaton:
         self._ids[key] = idx
         self._sets.append(key)
         self.trans_rows.append(None)
+        self.row_targets.append(None)
         self.calls.append(None)
         self.accepting_list.append(self._ends[rule] in states)
         self.has_bytes.append(False)

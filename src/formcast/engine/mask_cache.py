@@ -14,15 +14,21 @@ Two levels of work, both shared by every matcher of the same (grammar, vocabular
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from formcast.engine.lexer import Automaton
-from formcast.engine.memo_budget import MemoBudget, default_budget
+from formcast.engine.memo_budget import MemoBudget, MemoStore, default_budget
 from formcast.engine.parser import DenseStates, Parser, State
 from formcast.engine.token_trie import TokenTrie, concat_ranges
+
+try:  # the C walk, built by setup.py when a compiler is there
+    from formcast.engine import _trie_walk
+except ImportError:  # pragma: no cover - depends on the build
+    _trie_walk = None
 
 # A state that loops on at least this many bytes gets its looping tokens from a slice.
 SLICE_MIN_BYTES = 32
@@ -31,6 +37,7 @@ SLICE_MIN_BYTES = 32
 SCALAR_NODES = 32
 SCALAR_TOKENS = 256
 _UNKNOWN = object()
+_EMPTY_INT64 = np.zeros(0, dtype=np.int64)
 # Upper bound on numbered parser states kept for token walks (1 KiB of table each).
 DENSE_STATE_LIMIT = 100_000
 
@@ -54,6 +61,47 @@ class StateVerdict:
 
 
 def classify_tokens(dense: DenseStates, table: TokenTable, base: int) -> StateVerdict:
+    """Classify every token from the parser state numbered ``base`` (see
+    :func:`classify_tokens_numpy`): in C when the extension is built, else with numpy."""
+    if _trie_walk is not None and native_walk_enabled():
+        return classify_tokens_native(dense, table, base)
+    return classify_tokens_numpy(dense, table, base)
+
+
+def native_walk_enabled() -> bool:
+    """Whether cold masks use the C walk (``FORMCAST_PURE_PYTHON=1`` turns it off)."""
+    return _trie_walk is not None and not os.environ.get("FORMCAST_PURE_PYTHON")
+
+
+def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int) -> StateVerdict:
+    """The walk of :func:`classify_tokens_numpy`, depth first in C (``_trie_walk.c``).
+
+    The C walk stops at states whose byte rows are not filled yet and returns where it
+    stopped; their rows are filled here (that is where new automaton states get built) and the
+    walk resumes from those nodes, until nothing is pending.
+    """
+    trie = table.trie
+    flat = trie.flat()
+    chain, slice_bytes = _slice_chain(dense, base, trie.max_len)
+    if chain is None:
+        chain = outside = _EMPTY_INT64
+    else:
+        outside = np.ascontiguousarray(trie.outside_prefix_sums(slice_bytes), dtype=np.int64)
+    out = np.zeros(trie.ids.size, dtype=np.uint8)
+    pending = np.array([0, base, 0], dtype=np.int64)
+    while pending.size:
+        dense.ensure_rows(pending[1::3])
+        raw = _trie_walk.walk(dense.table, dense.filled.view(np.uint8),
+                              dense.finishes.view(np.uint8), flat.first_child, flat.end_child,
+                              flat.byte, flat.row_lo, flat.row_hi, flat.end_count, flat.maxlen,
+                              flat.depth, chain, outside, pending, out)
+        pending = np.frombuffer(raw, dtype=np.int64)
+    allowed = np.zeros(table.size, dtype=bool)
+    allowed[trie.ids[out == 1]] = True
+    return StateVerdict(allowed, trie.ids[out == 2])
+
+
+def classify_tokens_numpy(dense: DenseStates, table: TokenTable, base: int) -> StateVerdict:
     """Walk the token trie from the parser state numbered ``base``: one numpy gather per
     trie level, over the live nodes only.
 
@@ -209,11 +257,11 @@ class MaskCache:
         self.parser = parser
         self.table = table
         self.dense = DenseStates(parser)
-        self._verdicts: dict[int, StateVerdict] = {}
-        self._horizon_verdicts: dict[tuple, StateVerdict] = {}  # see Automaton.horizon_key
+        self._verdicts: dict[int, StateVerdict] = MemoStore()
+        self._horizon_verdicts: dict[tuple, StateVerdict] = MemoStore()  # see horizon_key
         self._horizon_of: dict[int, tuple | None] = {}
-        self._masks: dict[State, np.ndarray] = {}
-        self._packed: dict[State, np.ndarray] = {}
+        self._masks: dict[State, np.ndarray] = MemoStore()
+        self._packed: dict[State, np.ndarray] = MemoStore()
         self.budget = budget
         self.masks_computed = 0
         self.cache_hits = 0
@@ -291,7 +339,7 @@ class MaskCache:
             # where every frame below is known (exact, and still one gather per level).
             if len(self.dense) > DENSE_STATE_LIMIT:
                 self.dense = DenseStates(self.parser)
-                self._verdicts.clear()
+                self._verdicts = MemoStore()  # its bytes leave the budget with it
             mask = classify_tokens(self.dense, self.table, self.dense.intern(state)).allowed
         elif len(verdicts) == 1:
             mask = verdicts[0][1].allowed.copy()

@@ -8,10 +8,12 @@ of any cache when a new one would go over it. Evicted entries are only recompute
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Hashable, MutableMapping
+from collections.abc import Hashable
 
 DEFAULT_LIMIT_BYTES = 1024 * 1024 * 1024
 
@@ -27,11 +29,19 @@ def _limit_from_environment() -> int:
     return max(0, int(megabytes * 1024 * 1024))
 
 
+class MemoStore(dict):
+    """A dict whose entries a :class:`MemoBudget` accounts for. The budget holds it weakly:
+    when its owner (a compiled grammar's mask cache) is dropped, its bytes leave the budget
+    at once instead of crowding out live entries."""
+
+    __slots__ = ("__weakref__", "serial")
+
+
 class MemoBudget:
     """Bytes held by registered cache entries, evicted oldest first beyond ``limit_bytes``.
 
-    A cache stores its value first, then calls :meth:`charge` with the dict and key; eviction
-    pops the key from that dict, so a reader either finds the value or recomputes it. The most
+    A cache stores its value first, then calls :meth:`charge` with the store and key; eviction
+    pops the key from that store, so a reader either finds the value or recomputes it. The most
     recent entry is never evicted, so a single mask larger than the limit still works.
     """
 
@@ -39,23 +49,47 @@ class MemoBudget:
         self.limit_bytes = _limit_from_environment() if limit_bytes is None else limit_bytes
         self.used_bytes = 0
         self.evictions = 0
-        self._entries: OrderedDict[tuple[int, Hashable], tuple[MutableMapping, int]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[int, Hashable], int] = OrderedDict()
+        # store serial -> (weak reference, [bytes it holds]); serials are never reused
+        self._stores: dict[int, tuple[weakref.ref, list[int]]] = {}
+        self._serials = itertools.count()
+        self._lock = threading.RLock()  # a store may die (and report) while a charge runs
 
-    def charge(self, store: MutableMapping, key: Hashable, nbytes: int) -> None:
+    def charge(self, store: MemoStore, key: Hashable, nbytes: int) -> None:
         """Account ``store[key]`` (already stored) and evict older entries over the limit."""
         with self._lock:
-            entry = (id(store), key)
+            sid = getattr(store, "serial", None)
+            if sid is None or sid not in self._stores:
+                sid = store.serial = next(self._serials)
+                self._stores[sid] = (weakref.ref(store, self._forget(sid)), [0])
+            known = self._stores[sid]
+            entry = (sid, key)
             old = self._entries.pop(entry, None)
             if old is not None:
-                self.used_bytes -= old[1]
-            self._entries[entry] = (store, nbytes)
+                self.used_bytes -= old
+                known[1][0] -= old
+            self._entries[entry] = nbytes
             self.used_bytes += nbytes
+            known[1][0] += nbytes
             while self.used_bytes > self.limit_bytes and len(self._entries) > 1:
-                (_, old_key), (old_store, size) = self._entries.popitem(last=False)
-                old_store.pop(old_key, None)
+                (old_sid, old_key), size = self._entries.popitem(last=False)
+                owner = self._stores.get(old_sid)
+                target = owner[0]() if owner is not None else None
+                if target is None:
+                    continue  # its store is gone; its bytes left when it died
+                target.pop(old_key, None)
+                owner[1][0] -= size
                 self.used_bytes -= size
                 self.evictions += 1
+
+    def _forget(self, sid: int):
+        def dropped(ref: weakref.ref) -> None:
+            with self._lock:
+                known = self._stores.get(sid)
+                if known is not None:
+                    self.used_bytes -= known[1][0]
+                    del self._stores[sid]
+        return dropped
 
     def __repr__(self) -> str:
         return (f"MemoBudget(used={self.used_bytes / 2**20:.1f} MiB, "

@@ -204,7 +204,7 @@ class DenseStates:
         self.table = np.full((capacity, 256), self.UNFILLED, dtype=np.int32)
         self.finishes = np.zeros(capacity, dtype=bool)
         self.filled = np.zeros(capacity, dtype=bool)
-        self._plain_ids: dict[int, int] = {}  # DFA state q -> id of the state {(q,)}
+        self._plain_lut = np.full(1024, -1, dtype=np.int32)  # DFA q + 1 -> id of {(q,)}
 
     def __len__(self) -> int:
         return len(self.states)
@@ -225,22 +225,19 @@ class DenseStates:
 
     def _fill_plain_row(self, sid: int, q: int) -> None:
         """Row of a state that is the single one-frame stack ``(q,)``: every byte leads to the
-        one-frame stack of the DFA successor, so the row is the DFA row renumbered (the
-        common case: any non-recursive grammar, and inside every lexeme)."""
-        row = self.parser.auto.trans[q]
-        targets = np.unique(row[row >= 0])
-        lookup = self._plain_ids
-        numbered = np.empty(targets.size, dtype=np.int32)
-        for i, t in enumerate(targets.tolist()):
-            got = lookup.get(t)
-            if got is None:
-                got = self.intern(frozenset(((t,),)))
-                lookup[t] = got
-            numbered[i] = got
-        out = np.full(256, -1, dtype=np.int32)
-        ok = row >= 0
-        out[ok] = numbered[np.searchsorted(targets, row[ok])]
-        self.table[sid] = out
+        one-frame stack of the DFA successor, so the row is the DFA row renumbered through
+        ``_plain_lut`` (DFA id + 1 -> dense id; slot 0 maps a refused byte to -1). The common
+        case: any non-recursive grammar, and inside every lexeme."""
+        auto = self.parser.auto
+        lut = self._plain_lut
+        for t in auto.row_targets[q]:
+            if t + 1 >= lut.size:
+                grown = np.full(max(2 * lut.size, t + 2), -1, dtype=np.int32)
+                grown[: lut.size] = lut
+                self._plain_lut = lut = grown
+            if lut[t + 1] < 0:
+                lut[t + 1] = self.intern(frozenset(((t,),)))
+        self.table[sid] = lut[auto.trans[q] + 1]
         self.filled[sid] = True
 
     def ensure_rows(self, ids: np.ndarray) -> None:
@@ -248,7 +245,9 @@ class DenseStates:
         pending = ids[~self.filled[ids]]
         if pending.size == 0:
             return
-        for sid in np.unique(pending).tolist():
+        for sid in (pending.tolist() if pending.size == 1 else np.unique(pending).tolist()):
+            if self.filled[sid]:
+                continue
             stacks = self.parser.closed(self.states[sid])
             accepting = self.parser.auto.accepting_list
             self.finishes[sid] = any(len(st) == 1 and accepting[st[-1]] for st in stacks)

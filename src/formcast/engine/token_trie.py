@@ -72,6 +72,13 @@ class TokenTrie:
         present[row_idx, mat[row_idx, col_idx]] = True
         self._present = np.packbits(present, axis=1)
         self._slices: dict[bytes, np.ndarray] = {}
+        self._flat: FlatTrie | None = None
+
+    def flat(self) -> FlatTrie:
+        """The same trie with one global node numbering (for the C walk; built once)."""
+        if self._flat is None:
+            self._flat = FlatTrie(self)
+        return self._flat
 
     def outside_prefix_sums(self, byte_set: np.ndarray) -> np.ndarray:
         """Prefix sums over rows of "has a byte outside ``byte_set``" (memoised per set).
@@ -86,6 +93,35 @@ class TokenTrie:
             got = np.concatenate(([0], np.cumsum(outside)))
             self._slices[key] = got
         return got
+
+
+class FlatTrie:
+    """Node arrays over all levels, node ``offset[L] + j`` being node ``j`` of level ``L``
+    (the root is node 0). Tokens ending exactly at a node are the first ``end_count`` rows of
+    its range: a prefix sorts before its extensions."""
+
+    def __init__(self, trie: TokenTrie) -> None:
+        counts = [rows.size for rows in trie.node_row]
+        offset = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        total = int(offset[-1])
+
+        def gather(parts: list[np.ndarray], dtype) -> np.ndarray:
+            return np.ascontiguousarray(np.concatenate(parts).astype(dtype)) if total else \
+                np.zeros(0, dtype)
+
+        levels = range(len(counts))
+        self.first_child = gather([offset[min(L + 1, len(counts))] + trie.child_lo[L]
+                                   for L in levels], np.int32)
+        self.end_child = gather([offset[min(L + 1, len(counts))] + trie.child_hi[L]
+                                 for L in levels], np.int32)
+        self.byte = gather([trie.byte[L] for L in levels], np.uint8)
+        self.row_lo = gather([trie.node_row[L] for L in levels], np.int32)
+        self.row_hi = gather([trie.node_hi[L] for L in levels], np.int32)
+        self.end_count = gather([np.bincount(trie.end_node[L], minlength=counts[L])
+                                 for L in levels], np.int32)
+        self.maxlen = gather([trie.node_maxlen[L] for L in levels], np.int32)
+        self.depth = gather([np.full(counts[L], L) for L in levels], np.int32)
+        self.n_nodes = total
 
 
 def concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

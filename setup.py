@@ -1,0 +1,18 @@
+"""Build hook for the optional C trie walk (everything else is in pyproject.toml).
+
+``optional=True``: on a machine without a C compiler the install still succeeds and the
+engine falls back to its numpy walk (slower cold masks, same answers).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "formcast.engine._trie_walk",
+            sources=["src/formcast/engine/_trie_walk.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        )
+    ]
+)

@@ -1,0 +1,125 @@
+"""The C trie walk (``_trie_walk.c``) against the numpy walk it replaces: same verdicts.
+
+Both walks take the same filled parser-state rows; the C one resumes where rows were missing.
+Every other engine test runs on whichever walk is active (the C one when it is built); these
+tests compare the two directly, on random grammars and on the benchmark grammars over the
+real SmolLM2 vocabulary, and keep the numpy fallback honest for machines without a compiler.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_matcher_fuzz import (
+    fuzz_settings,
+    grammars,
+    matcher_or_reject,
+    pick_token,
+    synthetic_vocabs,
+)
+
+from formcast.engine import mask_cache
+from formcast.engine.mask_cache import MaskCache, classify_tokens_native, classify_tokens_numpy
+from formcast.engine.matcher import Matcher
+from formcast.engine.parser import DenseStates
+from formcast.errors import AmbiguousGrammarError
+from formcast.grammar.ir import Grammar
+
+needs_native = pytest.mark.skipif(mask_cache._trie_walk is None,
+                                  reason="the C trie walk is not built here")
+GRAMMARS = Path(__file__).resolve().parents[2] / "benchmarks" / "grammars"
+
+
+def test_the_c_walk_is_built_by_the_install():
+    """`make test` installs with a compiler present: a silent numpy fallback would hide a
+    ten-fold slower cold mask."""
+    assert mask_cache._trie_walk is not None
+    assert mask_cache.native_walk_enabled()
+
+
+def test_pure_python_switch_turns_the_c_walk_off(monkeypatch):
+    monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
+    assert not mask_cache.native_walk_enabled()
+
+
+def _verdicts_agree(compiled, state) -> None:
+    """Both walks from ``state`` on fresh tables: same allowed tokens, same context tokens."""
+    table = compiled.table
+    dense_a = DenseStates(compiled.parser)
+    dense_b = DenseStates(compiled.parser)
+    a = classify_tokens_numpy(dense_a, table, dense_a.intern(state))
+    b = classify_tokens_native(dense_b, table, dense_b.intern(state))
+    assert np.array_equal(a.allowed, b.allowed)
+    assert np.array_equal(np.sort(a.needs_context), np.sort(b.needs_context))
+
+
+@needs_native
+@fuzz_settings(60)
+@given(grammar=grammars(), data=st.data())
+def test_c_and_numpy_walks_agree_on_random_grammars(grammar, data):
+    vocab = data.draw(synthetic_vocabs(grammar))
+    m = matcher_or_reject(grammar, vocab)
+    try:
+        for _ in range(6):
+            state = m.state
+            _verdicts_agree(m.compiled, state)
+            for frame in state:  # the one-frame walks behind the per-position verdicts
+                _verdicts_agree(m.compiled, frozenset(((frame[-1],),)))
+            mask = m.next_token_mask()
+            if not mask[2:].any():
+                break
+            assert m.accept_token(pick_token(data, mask, vocab))
+    except AmbiguousGrammarError:
+        pass
+
+
+@needs_native
+@pytest.mark.model
+@pytest.mark.parametrize("path", sorted(p for p in GRAMMARS.glob("*/*") if p.suffix in
+                                        (".gbnf", ".regex", ".json") and
+                                        "samples" not in p.name), ids=lambda p: p.name)
+def test_c_and_numpy_walks_agree_on_benchmark_grammars(smollm2_vocab, smollm2_tokenize, path):
+    """The first masks of each benchmark grammar, along its first sample, over SmolLM2."""
+    import json
+
+    text = path.read_text()
+    if path.suffix == ".gbnf":
+        grammar = Grammar.from_gbnf(text)
+    elif path.suffix == ".regex":
+        grammar = Grammar.from_regex(text.strip())
+    else:
+        grammar = Grammar.from_json_schema(json.loads(text), strict=False)
+    samples = path.with_name(path.name.split(".")[0] + ".samples.txt").read_text()
+    lines = [line for line in samples.splitlines() if not line.startswith("%% ")]
+    sample = "\n".join(lines).split("\n%%\n")[0].strip("\n")
+    m = Matcher(grammar, smollm2_vocab)
+    for token in smollm2_tokenize(sample)[:40]:
+        _verdicts_agree(m.compiled, m.state)
+        assert m.accept_token(token)
+
+
+def test_numpy_fallback_gives_the_same_masks(monkeypatch):
+    grammar = Grammar.from_gbnf('root ::= "{" pair ("," pair)* "}"\n'
+                                'pair ::= "\\"" [a-z]{1,12} "\\":" ( [0-9]+ | root )')
+    from formcast.engine.vocab import Vocabulary
+
+    vocab = Vocabulary.from_tokens([b""] + [bytes([c]) for c in b'{}",:ab09'] +
+                                   [b'{"', b'":', b'",', b'"a', b'ab":', b"}}", b'0,"'],
+                                   eos_ids=[0])
+    native = Matcher(grammar, vocab)
+    text = b'{"ab":{"a":0},"b":9}'
+    masks = []
+    for b in text:
+        masks.append(native.next_token_mask().copy())
+        assert native.accept_bytes(bytes([b]))
+    monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
+    compiled = native.compiled
+    compiled.masks = MaskCache(compiled.automaton, compiled.parser, compiled.table)
+    fallback = Matcher(compiled)
+    for b, want in zip(text, masks, strict=True):
+        assert np.array_equal(fallback.next_token_mask(), want)
+        assert fallback.accept_bytes(bytes([b]))
