@@ -10,9 +10,10 @@
  *     could end somewhere on the way ("flag"), those tokens need the context instead;
  *   - tokens ending at a child that is still alive are allowed;
  *   - a child on the slice chain whose tokens are all slice bytes and short enough is allowed
- *     as a block without walking it.
+ *     as a block without walking it (slice_chain finds the slice and its chain).
  *
- * Arrays arrive through the buffer protocol; mask_cache checks their dtypes and sizes.
+ * Arrays arrive through the buffer protocol; item sizes and bounds are checked here, an id out
+ * of range raises IndexError instead of reading past an array.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -42,22 +43,23 @@ static void release(Buf *bufs, int n) {
         if (bufs[i].held) PyBuffer_Release(&bufs[i].b);
 }
 
-#define N_BUFS 15
+#define N_BUFS 17
 
 static PyObject *walk(PyObject *self, PyObject *args) {
     PyObject *objs[N_BUFS];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3],
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3],
                           &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &objs[10],
-                          &objs[11], &objs[12], &objs[13], &objs[14]))
+                          &objs[11], &objs[12], &objs[13], &objs[14], &objs[15], &objs[16]))
         return NULL;
     static const char *names[N_BUFS] = {
         "table", "filled", "finishes", "first_child", "end_child", "byte", "row_lo", "row_hi",
-        "end_count", "maxlen", "depth", "chain", "outside", "pending_in", "out"};
-    static const Py_ssize_t sizes[N_BUFS] = {4, 1, 1, 4, 4, 1, 4, 4, 4, 4, 4, 8, 8, 8, 1};
+        "end_count", "maxlen", "depth", "subtree_bytes", "ids", "chain", "outside_bytes",
+        "pending_in", "verdicts"};
+    static const Py_ssize_t sizes[N_BUFS] = {4, 1, 1, 4, 4, 1, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8, 1};
     Buf bufs[N_BUFS];
     memset(bufs, 0, sizeof(bufs));
     for (int i = 0; i < N_BUFS; i++) {
-        if (get_buf(objs[i], &bufs[i], i == 14, sizes[i], names[i]) < 0) {
+        if (get_buf(objs[i], &bufs[i], i == N_BUFS - 1, sizes[i], names[i]) < 0) {
             release(bufs, N_BUFS);
             return NULL;
         }
@@ -73,16 +75,24 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     const int32_t *end_count = bufs[8].b.buf;
     const int32_t *maxlen = bufs[9].b.buf;
     const int32_t *depth_of = bufs[10].b.buf;
-    const int64_t *chain = bufs[11].b.buf;
-    const int64_t *outside = bufs[12].b.buf;
-    const int64_t *pending_in = bufs[13].b.buf;
-    uint8_t *out = bufs[14].b.buf; /* per token row: 1 allowed, 2 needs the context */
+    const uint64_t *subtree = bufs[11].b.buf; /* 4 words a node: bytes used below it */
+    const int64_t *ids = bufs[12].b.buf;      /* token id of each row */
+    const int64_t *chain = bufs[13].b.buf;
+    const uint64_t *outside = bufs[14].b.buf; /* 4 words: bytes not in the slice */
+    const int64_t *pending_in = bufs[15].b.buf;
+    uint8_t *verdicts = bufs[16].b.buf; /* per token id: 1 allowed, 2 needs the context */
     Py_ssize_t n_states = bufs[1].b.len;
     Py_ssize_t n_nodes = bufs[3].b.len / 4;
-    Py_ssize_t n_rows = bufs[14].b.len;
-    Py_ssize_t chain_len = bufs[11].b.len / 8;
-    int use_slice = chain_len > 0 && bufs[12].b.len / 8 == n_rows + 1;
-    Py_ssize_t n_in = bufs[13].b.len / 8 / 3;
+    Py_ssize_t n_rows = bufs[12].b.len / 8;
+    Py_ssize_t n_ids = bufs[16].b.len;
+    Py_ssize_t chain_len = bufs[13].b.len / 8;
+    int use_slice = chain_len > 0 && bufs[14].b.len == 32;
+    Py_ssize_t n_in = bufs[15].b.len / 8 / 3;
+    if (bufs[11].b.len != 32 * n_nodes || bufs[0].b.len < 4 * 256 * n_states) {
+        release(bufs, N_BUFS);
+        PyErr_SetString(PyExc_ValueError, "trie walk: array sizes do not match");
+        return NULL;
+    }
 
     /* Every node is on the stack at most once and pending at most once. */
     int64_t *stack = malloc(sizeof(int64_t) * 3 * (size_t)(n_nodes + n_in + 1));
@@ -101,8 +111,16 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         top++;
     }
     int bad = 0;
+#define MARK(lo, hi, value)                                              \
+    for (int32_t r = (lo); r < (hi); r++) {                             \
+        if (r < 0 || r >= n_rows || ids[r] < 0 || ids[r] >= n_ids) {     \
+            bad = 1;                                                     \
+            break;                                                       \
+        }                                                                \
+        verdicts[ids[r]] = (value);                                      \
+    }
     Py_BEGIN_ALLOW_THREADS
-    while (top > 0) {
+    while (top > 0 && !bad) {
         top--;
         int64_t g = stack[3 * top], s = stack[3 * top + 1], flag = stack[3 * top + 2];
         if (g < 0 || g >= n_nodes || s < 0 || s >= n_states) { bad = 1; break; }
@@ -116,18 +134,21 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         int32_t d = depth_of[g];
         if (d > 0 && finishes[s]) flag = 1;
         const int32_t *row = table + 256 * s;
-        for (int32_t c = first_child[g]; c < end_child[g]; c++) {
+        for (int32_t c = first_child[g]; c < end_child[g] && !bad; c++) {
+            if (c < 0 || c >= n_nodes) { bad = 1; break; }
             int32_t ns = row[byte[c]];
             if (ns < 0) {
-                if (flag)
-                    for (int32_t r = row_lo[c]; r < row_hi[c]; r++) out[r] = 2;
+                if (flag) MARK(row_lo[c], row_hi[c], 2)
                 continue;
             }
-            for (int32_t r = row_lo[c]; r < row_lo[c] + end_count[c]; r++) out[r] = 1;
-            if (use_slice && d + 1 < chain_len && ns == chain[d + 1] &&
-                outside[row_hi[c]] == outside[row_lo[c]] && maxlen[c] < chain_len) {
-                for (int32_t r = row_lo[c]; r < row_hi[c]; r++) out[r] = 1;
-                continue;
+            MARK(row_lo[c], row_lo[c] + end_count[c], 1)
+            if (use_slice && d + 1 < chain_len && ns == chain[d + 1] && maxlen[c] < chain_len) {
+                const uint64_t *below = subtree + 4 * (size_t)c;
+                if (!((below[0] & outside[0]) | (below[1] & outside[1]) |
+                      (below[2] & outside[2]) | (below[3] & outside[3]))) {
+                    MARK(row_lo[c], row_hi[c], 1)
+                    continue;
+                }
             }
             if (first_child[c] < end_child[c]) {
                 stack[3 * top] = c;
@@ -138,11 +159,12 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
+#undef MARK
     free(stack);
     release(bufs, N_BUFS);
     if (bad) {
         free(pending);
-        PyErr_SetString(PyExc_IndexError, "trie walk: node or state id out of range");
+        PyErr_SetString(PyExc_IndexError, "trie walk: node, row or state id out of range");
         return NULL;
     }
     PyObject *result = PyBytes_FromStringAndSize((const char *)pending,
@@ -151,11 +173,101 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* slice_chain(table, filled, base, horizon, min_bytes, chain_out, slice_out)
+ *   -> (length, missing): the slice of `base` (the byte set all leading to its most common
+ *   successor, if at least min_bytes) in slice_out (1 per byte), and the chain of states those
+ *   bytes lead through, up to horizon + 1 states, in chain_out[:length]. length 0: no slice.
+ *   missing >= 0: the chain stopped at a state whose row is not filled; fill it and call again.
+ */
+static PyObject *slice_chain(PyObject *self, PyObject *args) {
+    PyObject *objs[4];
+    long long base, horizon, min_bytes;
+    if (!PyArg_ParseTuple(args, "OOLLLOO", &objs[0], &objs[1], &base, &horizon, &min_bytes,
+                          &objs[2], &objs[3]))
+        return NULL;
+    static const char *names[4] = {"table", "filled", "chain_out", "slice_out"};
+    static const Py_ssize_t sizes[4] = {4, 1, 8, 1};
+    Buf bufs[4];
+    memset(bufs, 0, sizeof(bufs));
+    for (int i = 0; i < 4; i++) {
+        if (get_buf(objs[i], &bufs[i], i >= 2, sizes[i], names[i]) < 0) {
+            release(bufs, 4);
+            return NULL;
+        }
+    }
+    const int32_t *table = bufs[0].b.buf;
+    const uint8_t *filled = bufs[1].b.buf;
+    int64_t *chain = bufs[2].b.buf;
+    uint8_t *slice = bufs[3].b.buf;
+    Py_ssize_t n_states = bufs[1].b.len;
+    if (base < 0 || base >= n_states || !filled[base] || bufs[3].b.len != 256 ||
+        bufs[2].b.len / 8 < horizon + 1 || bufs[0].b.len < 4 * 256 * n_states) {
+        release(bufs, 4);
+        PyErr_SetString(PyExc_ValueError, "slice_chain: bad base state or array sizes");
+        return NULL;
+    }
+    const int32_t *row = table + 256 * base;
+    /* The most common successor (the smallest id among equals, as np.unique would). */
+    int32_t best = -1;
+    int best_count = 0;
+    for (int b = 0; b < 256; b++) {
+        int32_t t = row[b];
+        if (t < 0) continue;
+        int count = 0;
+        for (int c = 0; c < 256; c++) count += row[c] == t;
+        if (count > best_count || (count == best_count && t < best)) {
+            best = t;
+            best_count = count;
+        }
+    }
+    long long length = 0, missing = -1;
+    if (best >= 0 && best_count >= min_bytes) {
+        for (int b = 0; b < 256; b++) slice[b] = row[b] == best;
+        chain[length++] = base;
+        int64_t succ = best;
+        while (length <= horizon) {
+            long long loop_at = -1;
+            for (long long i = 0; i < length; i++)
+                if (chain[i] == succ) { loop_at = i; break; }
+            if (loop_at >= 0) {
+                long long period = length - loop_at;
+                while (length <= horizon) {
+                    chain[length] = chain[loop_at + (length - loop_at) % period];
+                    length++;
+                }
+                break;
+            }
+            chain[length++] = succ;
+            if (succ < 0 || succ >= n_states) { length = -1; break; }
+            if (!filled[succ]) { missing = succ; break; }
+            const int32_t *next_row = table + 256 * succ;
+            int32_t following = -2;
+            int uniform = 1;
+            for (int b = 0; b < 256 && uniform; b++) {
+                if (!slice[b]) continue;
+                if (following == -2) following = next_row[b];
+                else if (next_row[b] != following) uniform = 0;
+            }
+            if (following < 0 || !uniform) break;
+            succ = following;
+        }
+    }
+    release(bufs, 4);
+    if (length < 0) {
+        PyErr_SetString(PyExc_IndexError, "slice_chain: state id out of range");
+        return NULL;
+    }
+    return Py_BuildValue("LL", length, missing);
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(table, filled, finishes, first_child, end_child, byte, row_lo, row_hi, end_count, "
-     "maxlen, depth, chain, outside, pending_in, out) -> bytes of int64 (node, state, flag) "
-     "triples that stopped at unfilled rows"},
+     "maxlen, depth, subtree_bytes, ids, chain, outside_bytes, pending_in, verdicts) -> bytes "
+     "of int64 (node, state, flag) triples that stopped at unfilled rows"},
+    {"slice_chain", slice_chain, METH_VARARGS,
+     "slice_chain(table, filled, base, horizon, min_bytes, chain_out, slice_out) -> "
+     "(length, missing state or -1)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_trie_walk",

@@ -47,6 +47,7 @@ class Automaton:
         self.trans = np.full((256, 256), -1, dtype=np.int32)
         self.trans_rows: list[list[int] | None] = []
         self.row_targets: list[list[int] | None] = []  # distinct successors of each built row
+        self.row_segments: list[list[tuple[int, int, int]] | None] = []  # (lo, hi excl., target)
         self.calls: list[tuple[tuple[int, int], ...] | None] = []
         self.accepting_list: list[bool] = []
         self.has_bytes: list[bool] = []
@@ -112,11 +113,13 @@ class Automaton:
         edges = [edge for x in states for edge in byte_edges[x] if live[edge[2]]]
         row = [-1] * 256
         targets: list[int] = []
+        segments: list[tuple[int, int, int]] = []
         if len(edges) == 1:
             lo, hi, t = edges[0]
             target = self._intern(rule, self._important_closure(t, end))
             row[lo:hi + 1] = [target] * (hi + 1 - lo)
             targets.append(target)
+            segments.append((lo, hi + 1, target))
         elif edges:
             # Sweep the byte axis: between consecutive edge bounds the set of covering edges
             # is constant, and so is the successor.
@@ -135,6 +138,7 @@ class Automaton:
                     target = memo[nxt] = self._intern(rule, nxt)
                     targets.append(target)
                 row[a:b] = [target] * (b - a)
+                segments.append((a, b, target))
         call_map: dict[int, set[int]] = {}
         fragments = self._fragments
         for x in states:
@@ -145,6 +149,7 @@ class Automaton:
                                      for cr, ts in call_map.items()))
         self.trans_rows[q] = row
         self.row_targets[q] = targets
+        self.row_segments[q] = segments
         self.trans[q] = row
         self.has_bytes[q] = bool(edges)
 
@@ -193,12 +198,15 @@ class Automaton:
         self._sets.append(key)
         self.trans_rows.append(None)
         self.row_targets.append(None)
+        self.row_segments.append(None)
         self.calls.append(None)
         self.accepting_list.append(self._ends[rule] in states)
         self.has_bytes.append(False)
         if idx >= self.trans.shape[0]:
-            grown = np.full((self.trans.shape[0] * 2, 256), -1, dtype=np.int32)
-            grown[: self.trans.shape[0]] = self.trans
+            n = self.trans.shape[0]
+            grown = np.empty((2 * n, 256), dtype=np.int32)
+            grown[:n] = self.trans
+            grown[n:] = -1
             self.trans = grown
         return idx
 

@@ -38,6 +38,7 @@ SCALAR_NODES = 32
 SCALAR_TOKENS = 256
 _UNKNOWN = object()
 _EMPTY_INT64 = np.zeros(0, dtype=np.int64)
+_EMPTY_UINT64 = np.zeros(0, dtype=np.uint64)
 # Upper bound on numbered parser states kept for token walks (1 KiB of table each).
 DENSE_STATE_LIMIT = 100_000
 
@@ -78,27 +79,40 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int) -> 
 
     The C walk stops at states whose byte rows are not filled yet and returns where it
     stopped; their rows are filled here (that is where new automaton states get built) and the
-    walk resumes from those nodes, until nothing is pending.
+    walk resumes from those nodes, until nothing is pending. The slice chain is found the same
+    way.
     """
     trie = table.trie
     flat = trie.flat()
-    chain, slice_bytes = _slice_chain(dense, base, trie.max_len)
-    if chain is None:
-        chain = outside = _EMPTY_INT64
-    else:
-        outside = np.ascontiguousarray(trie.outside_prefix_sums(slice_bytes), dtype=np.int64)
-    out = np.zeros(trie.ids.size, dtype=np.uint8)
+    chain, outside = _native_slice_chain(dense, base, trie.max_len)
+    verdicts = np.zeros(table.size, dtype=np.uint8)
     pending = np.array([0, base, 0], dtype=np.int64)
     while pending.size:
         dense.ensure_rows(pending[1::3])
         raw = _trie_walk.walk(dense.table, dense.filled.view(np.uint8),
                               dense.finishes.view(np.uint8), flat.first_child, flat.end_child,
                               flat.byte, flat.row_lo, flat.row_hi, flat.end_count, flat.maxlen,
-                              flat.depth, chain, outside, pending, out)
+                              flat.depth, flat.subtree_bytes, trie.ids, chain, outside, pending,
+                              verdicts)
         pending = np.frombuffer(raw, dtype=np.int64)
-    allowed = np.zeros(table.size, dtype=bool)
-    allowed[trie.ids[out == 1]] = True
-    return StateVerdict(allowed, trie.ids[out == 2])
+    return StateVerdict(verdicts == 1, np.flatnonzero(verdicts == 2))
+
+
+def _native_slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_slice_chain` in C: the chain, and the bytes outside the slice packed as 4
+    words (empty arrays: no slice)."""
+    dense.ensure_rows(np.array([base]))
+    chain = np.empty(horizon + 1, dtype=np.int64)
+    slice_bytes = np.zeros(256, dtype=np.uint8)
+    while True:
+        length, missing = _trie_walk.slice_chain(dense.table, dense.filled.view(np.uint8), base,
+                                                 horizon, SLICE_MIN_BYTES, chain, slice_bytes)
+        if missing < 0:
+            break
+        dense.ensure_rows(np.array([missing]))
+    if length == 0:
+        return _EMPTY_INT64, _EMPTY_UINT64
+    return chain[:length].copy(), np.packbits(slice_bytes == 0).view(np.uint64)
 
 
 def classify_tokens_numpy(dense: DenseStates, table: TokenTable, base: int) -> StateVerdict:

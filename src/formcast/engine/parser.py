@@ -186,6 +186,16 @@ class Parser:
         return np.nonzero((self.auto.trans[tops] >= 0).any(axis=0))[0].tolist()
 
 
+def grown_rows(array: np.ndarray, fill) -> np.ndarray:
+    """``array`` with twice the rows, the new ones set to ``fill``. (Not ``np.vstack``: with a
+    temporary for the new half it took 20-50 ms at a few MB, a spike in one cold mask.)"""
+    n = array.shape[0]
+    out = np.empty((2 * n,) + array.shape[1:], dtype=array.dtype)
+    out[:n] = array
+    out[n:] = fill
+    return out
+
+
 class DenseStates:
     """Parser states numbered on demand, with a numpy table of their byte transitions.
 
@@ -215,10 +225,9 @@ class DenseStates:
             return got
         idx = len(self.states)
         if idx >= self.table.shape[0]:
-            grow = self.table.shape[0]
-            self.table = np.vstack([self.table, np.full((grow, 256), self.UNFILLED, np.int32)])
-            self.finishes = np.concatenate([self.finishes, np.zeros(grow, bool)])
-            self.filled = np.concatenate([self.filled, np.zeros(grow, bool)])
+            self.table = grown_rows(self.table, self.UNFILLED)
+            self.finishes = grown_rows(self.finishes, False)
+            self.filled = grown_rows(self.filled, False)
         self.ids[state] = idx
         self.states.append(state)
         return idx
@@ -245,7 +254,7 @@ class DenseStates:
         pending = ids[~self.filled[ids]]
         if pending.size == 0:
             return
-        for sid in (pending.tolist() if pending.size == 1 else np.unique(pending).tolist()):
+        for sid in (pending.tolist() if pending.size == 1 else sorted(set(pending.tolist()))):
             if self.filled[sid]:
                 continue
             stacks = self.parser.closed(self.states[sid])
@@ -258,25 +267,40 @@ class DenseStates:
                 self.table[sid] = -1
                 self.filled[sid] = True
                 continue
-            tops = np.array([st[-1] for st in stacks], dtype=np.int64)
-            # Read the table only now: closing the stacks may have built (and so reallocated)
-            # automaton states.
-            rows = self.parser.auto.trans[tops]  # (k, 256): the successor of each stack's top, per byte
-            # Group the 256 bytes by their column of successors (one int64 key per column
-            # while it fits; np.unique over columns otherwise).
-            radix = self.parser.auto.n_states + 1
-            if len(stacks) * radix.bit_length() <= 62:
-                keys = rows[0].astype(np.int64) + 1
-                for r in rows[1:]:
-                    keys = keys * radix + (r.astype(np.int64) + 1)
-                _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-            else:
-                _, first, inverse = np.unique(rows, axis=1, return_index=True, return_inverse=True)
-                inverse = inverse.reshape(-1)
-            targets = np.empty(first.size, dtype=np.int32)
-            for i, col in enumerate(first.tolist()):
-                nexts = rows[:, col].tolist()
-                kernel = frozenset(st[:-1] + (n,) for st, n in zip(stacks, nexts, strict=True) if n >= 0)
-                targets[i] = self.intern(kernel) if kernel else -1
-            self.table[sid] = targets[inverse]
+            self._fill_row(sid, stacks)
+
+    def _fill_row(self, sid: int, stacks: list[Stack]) -> None:
+        """Row of a general state: byte ``b`` leads to the kernels ``below + (trans[top][b],)``
+        of its stacks. The tops' rows are constant between their segment bounds, so a state
+        costs one column per piece and one kernel per *distinct* column, not 256 lookups."""
+        auto = self.parser.auto
+        for st in stacks:
+            auto.ensure(st[-1])
+        rows = auto.trans_rows
+        if len(stacks) == 1:
+            # One deep stack: like a plain row, with the frames below kept.
+            below = stacks[0][:-1]
+            top = stacks[0][-1]
+            numbered = {-1: -1}
+            for t in auto.row_targets[top]:
+                numbered[t] = self.intern(frozenset((below + (t,),)))
+            self.table[sid] = [numbered[t] for t in rows[top]]
             self.filled[sid] = True
+            return
+        # Rows are constant between the bounds of their segments: one column per piece.
+        tops = [st[-1] for st in stacks]
+        segments = auto.row_segments
+        points = sorted({p for top in tops for lo, hi, _ in segments[top] for p in (lo, hi)})
+        numbered_cols: dict[tuple[int, ...], int] = {}
+        out = np.full(256, -1, dtype=np.int32)
+        for lo, hi in zip(points, points[1:], strict=False):
+            column = tuple(rows[top][lo] for top in tops)
+            got = numbered_cols.get(column)
+            if got is None:
+                kernel = frozenset(st[:-1] + (n,) for st, n in zip(stacks, column, strict=True)
+                                   if n >= 0)
+                got = numbered_cols[column] = self.intern(kernel) if kernel else -1
+            if got >= 0:
+                out[lo:hi] = got
+        self.table[sid] = out
+        self.filled[sid] = True
