@@ -630,6 +630,30 @@ def test_counted_runs_of_a_large_byte_set_agree_with_oracle(lo, extra, negated, 
     walk_and_check(grammar, vocab, data, max_steps=6)
 
 
+@fuzz_settings(25)
+@given(inner=st.tuples(st.integers(0, 9), st.integers(20, 40)),
+       outer=st.tuples(st.integers(0, 4), st.integers(12, 20)), data=st.data())
+def test_nested_counted_repetitions_share_verdicts_only_where_exact(inner, outer, data):
+    """``<(x{a,b} ";"){c,d}>`` with both bounds well past the longest token (10 bytes):
+    positions inside later copies of both repetitions share one token verdict with earlier
+    ones (Automaton.horizon_key). Near either minimum or maximum the verdicts differ, so a
+    walk through many copies is checked position by position against the oracle."""
+    (a, extra_a), (c, extra_c) = inner, outer
+    item = Seq((Repeat(ByteSet(((ord("x"), ord("x")),)), a, a + extra_a), Literal(b";")))
+    grammar = Grammar({"root": Seq((Literal(b"<"), Repeat(item, c, c + extra_c),
+                                    Literal(b">")))}, start="root")
+    tokens = {b"<", b">", b";", b";>", b"x>", b"<x", b"<;"}
+    tokens |= {b"x" * k for k in range(1, 11)} | {b"x" * k + b";" for k in range(1, 10)}
+    tokens |= {(b"x" * k + b";") * r for k in range(0, 4) for r in range(2, 11)
+               if (k + 1) * r <= 10}
+    vocab = Vocabulary.from_tokens([b"", b""] + sorted(tokens), eos_ids=[EOS],
+                                   special_ids=[SPECIAL], name="nested-runs")
+    m = matcher_or_reject(grammar, vocab)
+    walk_and_check(grammar, vocab, data, max_steps=80)
+    shared = m.compiled.masks._horizon_verdicts
+    event("verdicts shared" if shared else "no verdict shared")
+
+
 @fuzz_settings(40)
 @given(grammar=grammars(), data=st.data())
 def test_permuted_and_rebuilt_vocab_share_nothing_wrong(grammar, data):

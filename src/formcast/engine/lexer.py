@@ -74,32 +74,56 @@ class Automaton:
 
         Inside a long lazy repetition (``maxLength: 400``), the same position in copy ``c``
         and in copy ``c + 1`` behaves identically for any token, as long as both are past the
-        minimum and more than ``horizon`` copies remain before the maximum: every copy is the
-        same automaton and the states after the repetition are shared. Keying token verdicts
-        by this makes one classification serve a whole stretch of a bounded string.
+        minimum and more copies remain than ``horizon`` bytes can finish: every copy is the
+        same automaton and the states after the repetition are shared. The same holds level
+        by level for nested repetitions (``maxItems: 30`` objects holding ``maxLength: 120``
+        strings: the string of item 5 behaves as that of item 4), comparing copies of an inner
+        repetition by their template and by the copy of the outer one they live in. Keying
+        token verdicts by this makes one classification serve a whole stretch.
         """
         rule, states = self._sets[q]
         copy_of = self._nfa.copy_of
-        record = None
-        inside: list[tuple[int, int]] = []
+        own: dict[object, list[tuple[int, int]]] = {}
         outside: list[int] = []
         for x in states:
             info = copy_of.get(x)
             if info is None:
                 outside.append(x)
+            else:
+                own.setdefault(info[0], []).append((info[1], info[2]))
+        if not own:
+            return None
+        # Every repetition involved, with the copies of it that its inner ones live in.
+        indices = {record: [i for i, _ in spots] for record, spots in own.items()}
+        frontier = list(own)
+        while frontier:
+            record = frontier.pop()
+            if record.parent is None:
+                if record.template is not record:
+                    return None  # a copy whose enclosing copy is unknown: no safe key
                 continue
-            if record is None:
-                record = info[0]
-            elif info[0] is not record:
+            outer, j = record.parent
+            if outer not in indices:
+                indices[outer] = []
+                frontier.append(outer)
+            indices[outer].append(j)
+        low = {}
+        for record, used in indices.items():
+            lo, hi = min(used), max(used)
+            if record.nullable or lo < record.minimum:
                 return None
-            inside.append((info[1], info[2]))
-        if record is None or record.nullable:
-            return None
-        low = min(i for i, _ in inside)
-        high = max(i for i, _ in inside)
-        if low < record.minimum or record.copies - high <= horizon + 1:
-            return None
-        return (rule, record, frozenset((i - low, o) for i, o in inside), frozenset(outside))
+            if record.copies - hi <= horizon // max(record.min_bytes, 1) + 2:
+                return None
+            low[record] = lo
+        parts = []
+        for record, lo in low.items():
+            spots = frozenset((i - lo, off) for i, off in own.get(record, ()))
+            where = None
+            if record.parent is not None:
+                outer, j = record.parent
+                where = (outer.template, j - low[outer])
+            parts.append((record.template, where, spots))
+        return (rule, frozenset(parts), frozenset(outside))
 
     def ensure(self, q: int) -> None:
         """Build the transitions of state ``q`` if they are not built yet."""

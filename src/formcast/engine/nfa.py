@@ -13,6 +13,7 @@ enters them: that is what makes "a walk under the mask never reaches a dead end"
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -86,7 +87,8 @@ class LazyRepeat:
     """
 
     def __init__(self, nfa: NFA, first: int, exit_: int, edges: list, copies: int,
-                 minimum: int, end: int, inner: list[tuple[LazyRepeat, int]]) -> None:
+                 minimum: int, end: int, inner: list[tuple[LazyRepeat, int]],
+                 template: LazyRepeat | None = None) -> None:
         self.nfa = nfa
         self.first = first
         self.exit_offset = exit_ - first
@@ -96,7 +98,19 @@ class LazyRepeat:
         self.end = end
         self.inner = inner  # lazy repetitions inside the first copy: (record, its exit offset)
         self.live: list[bool] | None = None  # liveness of the first copy's states
-        self.nullable = self._item_nullable()
+        # The repetition this one is a shifted copy of (itself for an original), and the copy
+        # of the enclosing repetition it lives in: what Automaton.horizon_key compares.
+        self.template = template if template is not None else self
+        self.parent: tuple[LazyRepeat, int] | None = None
+        for record, _ in inner:
+            if record.parent is None:  # the innermost enclosing repetition is the parent
+                record.parent = (self, 0)
+        if template is not None:
+            self.nullable = template.nullable
+            self.min_bytes = template.min_bytes
+        else:
+            self.nullable = self._item_nullable()
+            self.min_bytes = self._item_min_bytes()
         self._register(first, 0)
         self.live_list: list[bool] | None = None  # the automaton's liveness, grown by copies
         self._entries: dict[int, int] = {0: first}
@@ -115,6 +129,33 @@ class LazyRepeat:
                     seen.add(y)
                     work.append(y)
         return False
+
+    def _item_min_bytes(self) -> int:
+        """The fewest bytes one copy can take (rule calls counted as 0, so a lower bound)."""
+        first = self.first
+        exit_ = first + self.exit_offset
+        stop = first + len(self.edges)
+        inner_exits = {r.first + off: r for r, off in self.inner}
+        best = {first: 0}
+        work = [(0, first)]
+        while work:
+            cost, x = heapq.heappop(work)
+            if x == exit_:
+                return cost
+            if cost > best.get(x, cost):
+                continue
+            eps, byte_edges, call_edges = self.edges[x - first]
+            steps = [(y, 0) for y in eps] + [(t, 1) for _, _, t in byte_edges]
+            steps += [(t, 0) for _, t in call_edges]
+            record = inner_exits.get(x)
+            if record is not None:  # past the inner repetition's first copy
+                more = max(record.minimum, 1) - 1
+                steps.append((record.end, more * record.min_bytes))
+            for y, step in steps:
+                if first <= y < stop and cost + step < best.get(y, 1 << 62):
+                    best[y] = cost + step
+                    heapq.heappush(work, (cost + step, y))
+        return 0  # exit not found in the snapshot: claim nothing
 
     def _register(self, entry: int, index: int) -> None:
         copy_of = self.nfa.copy_of
@@ -141,6 +182,8 @@ class LazyRepeat:
         self._register(entry, index)
         for record, offset in self.inner:
             clone = record.shifted(delta)
+            if record.parent is not None and record.parent[0] is self:
+                clone.parent = (self, index)
             nfa.lazy_exits[record.first + offset + delta] = (clone, 1)
         if self.live is not None:
             self.live_list.extend(self.live)
@@ -154,7 +197,8 @@ class LazyRepeat:
                            [([t + delta for t in eps], [(lo, hi, t + delta) for lo, hi, t in be],
                              [(n, t + delta) for n, t in ce]) for eps, be, ce in self.edges],
                            self.copies, self.minimum, self.end + delta,
-                           [(r.shifted(delta), off) for r, off in self.inner])
+                           [(r.shifted(delta), off) for r, off in self.inner],
+                           template=self.template)
         clone.live = self.live
         clone.live_list = self.live_list
         return clone
