@@ -132,17 +132,25 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             continue;
         }
         int32_t d = depth_of[g];
-        if (d > 0 && finishes[s]) flag = 1;
+        /* bit 0 of flag: the base frame could end on the way; bit 1: the path left the
+         * slice (a byte outside it), so the chain no longer vouches for what follows. */
+        if (d > 0 && finishes[s]) flag |= 1;
         const int32_t *row = table + 256 * s;
         for (int32_t c = first_child[g]; c < end_child[g] && !bad; c++) {
             if (c < 0 || c >= n_nodes) { bad = 1; break; }
             int32_t ns = row[byte[c]];
             if (ns < 0) {
-                if (flag) MARK(row_lo[c], row_hi[c], 2)
+                if (flag & 1) MARK(row_lo[c], row_hi[c], 2)
                 continue;
             }
             MARK(row_lo[c], row_lo[c] + end_count[c], 1)
-            if (use_slice && d + 1 < chain_len && ns == chain[d + 1] && maxlen[c] < chain_len) {
+            int64_t child_flag = flag;
+            if (use_slice && (outside[byte[c] >> 6] >> (byte[c] & 63)) & 1) child_flag |= 2;
+            /* On the chain: its state says so, or (for a chain known to repeat, whose later
+             * entries are -1) every byte so far was a slice byte. */
+            int on_chain = use_slice && d + 1 < chain_len &&
+                           (chain[d + 1] >= 0 ? ns == chain[d + 1] : !(child_flag & 2));
+            if (on_chain && maxlen[c] < chain_len) {
                 const uint64_t *below = subtree + 4 * (size_t)c;
                 if (!((below[0] & outside[0]) | (below[1] & outside[1]) |
                       (below[2] & outside[2]) | (below[3] & outside[3]))) {
@@ -153,7 +161,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             if (first_child[c] < end_child[c]) {
                 stack[3 * top] = c;
                 stack[3 * top + 1] = ns;
-                stack[3 * top + 2] = flag;
+                stack[3 * top + 2] = child_flag;
                 top++;
             }
         }

@@ -110,7 +110,8 @@ class Automaton:
         low = {}
         for record, used in indices.items():
             lo, hi = min(used), max(used)
-            if record.nullable or lo < record.minimum:
+            # Copy i may end the repetition after it iff i + 1 >= minimum: all must.
+            if record.nullable or lo + 1 < record.minimum:
                 return None
             if record.copies - hi <= horizon // max(record.min_bytes, 1) + 2:
                 return None

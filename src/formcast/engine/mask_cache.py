@@ -38,7 +38,7 @@ SCALAR_NODES = 32
 SCALAR_TOKENS = 256
 _UNKNOWN = object()
 _EMPTY_INT64 = np.zeros(0, dtype=np.int64)
-_EMPTY_UINT64 = np.zeros(0, dtype=np.uint64)
+_EMPTY_UINT64 = np.zeros(0, dtype="<u8")
 # Upper bound on numbered parser states kept for token walks (1 KiB of table each).
 DENSE_STATE_LIMIT = 100_000
 
@@ -99,20 +99,49 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int) -> 
 
 
 def _native_slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_slice_chain` in C: the chain, and the bytes outside the slice packed as 4
-    words (empty arrays: no slice)."""
+    """:func:`_slice_chain` in C: the chain, and the bytes outside the slice as 256 bits in 4
+    little-endian words (empty arrays: no slice).
+
+    When the base and its slice successor are the same position of a counted repetition one
+    copy apart (equal :meth:`Automaton.horizon_key`), the chain repeats for the whole horizon:
+    its later entries are left -1 and the C walk follows slice bytes instead, so a mask at the
+    start of a ``maxLength: 400`` string does not build 80 positions ahead first.
+    """
     dense.ensure_rows(np.array([base]))
     chain = np.empty(horizon + 1, dtype=np.int64)
     slice_bytes = np.zeros(256, dtype=np.uint8)
+    length = _fill_chain(dense, base, min(horizon, 1), chain, slice_bytes)
+    if length == 0:
+        return _EMPTY_INT64, _EMPTY_UINT64
+    outside = np.packbits(slice_bytes == 0, bitorder="little").view("<u8")
+    if horizon >= 1 and length == 2 and _one_copy_apart(dense, int(chain[0]), int(chain[1]), horizon):
+        chain[2:] = -1
+        return chain, outside
+    length = _fill_chain(dense, base, horizon, chain, slice_bytes)
+    return chain[:length].copy(), outside
+
+
+def _fill_chain(dense: DenseStates, base: int, horizon: int, chain: np.ndarray,
+                slice_bytes: np.ndarray) -> int:
     while True:
         length, missing = _trie_walk.slice_chain(dense.table, dense.filled.view(np.uint8), base,
                                                  horizon, SLICE_MIN_BYTES, chain, slice_bytes)
         if missing < 0:
-            break
+            return length
         dense.ensure_rows(np.array([missing]))
-    if length == 0:
-        return _EMPTY_INT64, _EMPTY_UINT64
-    return chain[:length].copy(), np.packbits(slice_bytes == 0).view(np.uint64)
+
+
+def _one_copy_apart(dense: DenseStates, first: int, second: int, horizon: int) -> bool:
+    """Whether two one-frame parser states behave alike for ``horizon`` bytes."""
+    a, b = dense.states[first], dense.states[second]
+    if len(a) != 1 or len(b) != 1:
+        return False
+    (stack_a,), (stack_b,) = a, b
+    if len(stack_a) != 1 or len(stack_b) != 1 or stack_a == stack_b:
+        return False
+    auto = dense.parser.auto
+    key = auto.horizon_key(stack_a[0], horizon)
+    return key is not None and key == auto.horizon_key(stack_b[0], horizon)
 
 
 def classify_tokens_numpy(dense: DenseStates, table: TokenTable, base: int) -> StateVerdict:

@@ -122,11 +122,13 @@ class FlatTrie:
         self.maxlen = gather([trie.node_maxlen[L] for L in levels], np.int32)
         self.depth = gather([np.full(counts[L], L) for L in levels], np.int32)
         self.n_nodes = total
-        # Bytes used by the tokens below each node (packed like TokenTrie._present, 32 bytes a
-        # node, read as 4 words): a slice admits a node's tokens as a block iff none of them
-        # uses a byte outside it. Rows of shorter tokens sit between a level's node ranges,
-        # so each range is reduced on its own (even positions of a lo, hi, lo, hi... split).
-        present = np.concatenate([trie._present, np.zeros((1, 32), np.uint8)])
+        # Bytes used by the tokens below each node, 256 bits a node packed little-endian (bit
+        # b of the node's 4 words is byte b): a slice admits a node's tokens as a block iff
+        # none of them uses a byte outside it. Rows of shorter tokens sit between a level's
+        # node ranges, so each range is reduced on its own (even positions of a lo, hi split).
+        present = np.packbits(np.unpackbits(trie._present, axis=1).astype(bool), axis=1,
+                              bitorder="little")
+        present = np.concatenate([present, np.zeros((1, 32), np.uint8)])
         parts = []
         for L in levels:
             if counts[L] == 0:
@@ -135,8 +137,8 @@ class FlatTrie:
             bounds[0::2] = trie.node_row[L]
             bounds[1::2] = trie.node_hi[L]
             parts.append(np.bitwise_or.reduceat(present, bounds, axis=0)[0::2])
-        self.subtree_bytes = (np.ascontiguousarray(np.concatenate(parts)).view(np.uint64)
-                              if parts else np.zeros((0, 4), np.uint64))
+        self.subtree_bytes = (np.ascontiguousarray(np.concatenate(parts)).view("<u8")
+                              if parts else np.zeros((0, 4), "<u8"))
 
 
 def concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
