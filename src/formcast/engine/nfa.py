@@ -65,15 +65,22 @@ class NFA:
 
 
 def _paste_edges(nfa: NFA, edges: list, entry: int, delta: int) -> None:
-    """Append copies of snapshotted states (``entry`` is the first, already allocated),
-    shifting every edge target by ``delta``."""
-    for _ in range(len(edges) - 1):
-        nfa.new_state()
-    for i, (eps, byte_edges, call_edges) in enumerate(edges):
-        y = entry + i
-        nfa.eps[y] = [t + delta for t in eps]
-        nfa.byte_edges[y] = [(lo, hi, t + delta) for lo, hi, t in byte_edges]
-        nfa.call_edges[y] = [(name, t + delta) for name, t in call_edges]
+    """Append copies of snapshotted states (``entry`` is the first, already allocated and the
+    last state so far), shifting every edge target by ``delta``. Built list by list, not
+    state by state: fragment copies are most of a schema's NFA."""
+    if entry != len(nfa.eps) - 1:
+        raise AssertionError("a fragment is pasted right after its entry state")
+    if len(nfa.eps) + len(edges) > MAX_NFA_STATES:
+        raise GrammarError(
+            f"grammar is too large to compile: more than {MAX_NFA_STATES} automaton states "
+            "(large bounded repetitions multiply; try smaller bounds)"
+        )
+    del nfa.eps[entry], nfa.byte_edges[entry], nfa.call_edges[entry]
+    nfa.eps.extend([[t + delta for t in eps] for eps, _, _ in edges])
+    nfa.byte_edges.extend([[(lo, hi, t + delta) for lo, hi, t in byte_edges]
+                           for _, byte_edges, _ in edges])
+    nfa.call_edges.extend([[(name, t + delta) for name, t in call_edges]
+                           for _, _, call_edges in edges])
 
 
 class LazyRepeat:
@@ -352,10 +359,22 @@ class _Builder:
         elif isinstance(e, CharSet):
             paths = self._utf8_paths(e)
             self.may_die |= not paths
+            # Paths share the states of equal remaining byte ranges: after E0 A0 and after
+            # E1 80 one continuation byte [80-BF] is left, so that is one state, not two.
+            # Fewer NFA states, and fewer DFA states in every position of a counted string.
+            tails: dict[tuple[tuple[int, int], ...], int] = {}
             for byte_ranges in paths:
                 cur = start
                 for i, (blo, bhi) in enumerate(byte_ranges):
-                    nxt = end if i == len(byte_ranges) - 1 else nfa.new_state()
+                    rest = tuple(byte_ranges[i + 1:])
+                    if not rest:
+                        nfa.byte_edges[cur].append((blo, bhi, end))
+                        break
+                    nxt = tails.get(rest)
+                    if nxt is not None:  # the rest of this path is built already
+                        nfa.byte_edges[cur].append((blo, bhi, nxt))
+                        break
+                    nxt = tails[rest] = nfa.new_state()
                     nfa.byte_edges[cur].append((blo, bhi, nxt))
                     cur = nxt
         elif isinstance(e, Seq):
