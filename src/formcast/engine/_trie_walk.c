@@ -43,6 +43,22 @@ static void release(Buf *bufs, int n) {
         if (bufs[i].held) PyBuffer_Release(&bufs[i].b);
 }
 
+/* Append a (node, state, flag) triple to a growable array; 0 when out of memory. */
+static int push3(int64_t **buf, Py_ssize_t *cap, Py_ssize_t *n, int64_t a, int64_t b, int64_t c) {
+    if (*n == *cap) {
+        Py_ssize_t grown = *cap * 2;
+        int64_t *more = realloc(*buf, sizeof(int64_t) * 3 * (size_t)grown);
+        if (!more) return 0;
+        *buf = more;
+        *cap = grown;
+    }
+    (*buf)[3 * *n] = a;
+    (*buf)[3 * *n + 1] = b;
+    (*buf)[3 * *n + 2] = c;
+    (*n)++;
+    return 1;
+}
+
 #define N_BUFS 17
 
 static PyObject *walk(PyObject *self, PyObject *args) {
@@ -94,9 +110,11 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         return NULL;
     }
 
-    /* Every node is on the stack at most once and pending at most once. */
-    int64_t *stack = malloc(sizeof(int64_t) * 3 * (size_t)(n_nodes + n_in + 1));
-    int64_t *pending = malloc(sizeof(int64_t) * 3 * (size_t)(n_nodes + 1));
+    /* Small to start with (a cold mask usually stops after a few hundred nodes); grown by
+     * doubling, so the bound (every node at most once on each) is never allocated up front. */
+    Py_ssize_t stack_cap = 256 + n_in, pending_cap = 64;
+    int64_t *stack = malloc(sizeof(int64_t) * 3 * (size_t)stack_cap);
+    int64_t *pending = malloc(sizeof(int64_t) * 3 * (size_t)pending_cap);
     if (!stack || !pending) {
         free(stack);
         free(pending);
@@ -104,12 +122,9 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         return PyErr_NoMemory();
     }
     Py_ssize_t top = 0, n_pending = 0;
-    for (Py_ssize_t i = 0; i < n_in; i++) {
-        stack[3 * top] = pending_in[3 * i];
-        stack[3 * top + 1] = pending_in[3 * i + 1];
-        stack[3 * top + 2] = pending_in[3 * i + 2];
-        top++;
-    }
+    for (Py_ssize_t i = 0; i < n_in; i++)
+        push3(&stack, &stack_cap, &top, pending_in[3 * i], pending_in[3 * i + 1],
+              pending_in[3 * i + 2]);
     int bad = 0;
 #define MARK(lo, hi, value)                                              \
     for (int32_t r = (lo); r < (hi); r++) {                             \
@@ -125,10 +140,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         int64_t g = stack[3 * top], s = stack[3 * top + 1], flag = stack[3 * top + 2];
         if (g < 0 || g >= n_nodes || s < 0 || s >= n_states) { bad = 1; break; }
         if (!filled[s]) {
-            pending[3 * n_pending] = g;
-            pending[3 * n_pending + 1] = s;
-            pending[3 * n_pending + 2] = flag;
-            n_pending++;
+            if (!push3(&pending, &pending_cap, &n_pending, g, s, flag)) { bad = 2; break; }
             continue;
         }
         int32_t d = depth_of[g];
@@ -158,11 +170,10 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                     continue;
                 }
             }
-            if (first_child[c] < end_child[c]) {
-                stack[3 * top] = c;
-                stack[3 * top + 1] = ns;
-                stack[3 * top + 2] = child_flag;
-                top++;
+            if (first_child[c] < end_child[c] &&
+                !push3(&stack, &stack_cap, &top, c, ns, child_flag)) {
+                bad = 2;
+                break;
             }
         }
     }
@@ -172,6 +183,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     release(bufs, N_BUFS);
     if (bad) {
         free(pending);
+        if (bad == 2) return PyErr_NoMemory();
         PyErr_SetString(PyExc_IndexError, "trie walk: node, row or state id out of range");
         return NULL;
     }
