@@ -193,6 +193,7 @@ class Automaton:
         live = self._live
         nfa = self._nfa
         lazy = nfa.lazy_exits
+        memo = self._eps_memo
         seen = {s}
         stack = [s]
         while stack:
@@ -203,8 +204,12 @@ class Automaton:
                 following = following + record.successors(done)
             for y in following:
                 if live[y] and y not in seen:
-                    seen.add(y)
-                    stack.append(y)
+                    known = memo.get(y)
+                    if known is not None:  # already closed: take it whole
+                        seen |= known
+                    else:
+                        seen.add(y)
+                        stack.append(y)
         result = frozenset(seen)
         self._eps_memo[s] = result
         return result

@@ -76,11 +76,12 @@ def _paste_edges(nfa: NFA, edges: list, entry: int, delta: int) -> None:
             "(large bounded repetitions multiply; try smaller bounds)"
         )
     del nfa.eps[entry], nfa.byte_edges[entry], nfa.call_edges[entry]
-    nfa.eps.extend([[t + delta for t in eps] for eps, _, _ in edges])
-    nfa.byte_edges.extend([[(lo, hi, t + delta) for lo, hi, t in byte_edges]
-                           for _, byte_edges, _ in edges])
-    nfa.call_edges.extend([[(name, t + delta) for name, t in call_edges]
-                           for _, _, call_edges in edges])
+    shift = delta.__add__
+    nfa.eps.extend([list(map(shift, eps)) for eps, _, _ in edges])
+    nfa.byte_edges.extend([[(lo, hi, t + delta) for lo, hi, t in byte_edges] if byte_edges
+                           else [] for _, byte_edges, _ in edges])
+    nfa.call_edges.extend([[(name, t + delta) for name, t in call_edges] if call_edges
+                           else [] for _, _, call_edges in edges])
 
 
 class LazyRepeat:
