@@ -227,17 +227,28 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
         return NULL;
     }
     const int32_t *row = table + 256 * base;
-    /* The most common successor (the smallest id among equals, as np.unique would). */
-    int32_t best = -1;
-    int best_count = 0;
+    /* The most common successor (the smallest id among equals, as np.unique would), counted
+     * over the distinct successors seen (a row has few). */
+    int32_t seen[256];
+    int counts[256];
+    int n_seen = 0;
     for (int b = 0; b < 256; b++) {
         int32_t t = row[b];
         if (t < 0) continue;
-        int count = 0;
-        for (int c = 0; c < 256; c++) count += row[c] == t;
-        if (count > best_count || (count == best_count && t < best)) {
-            best = t;
-            best_count = count;
+        int k = 0;
+        while (k < n_seen && seen[k] != t) k++;
+        if (k == n_seen) {
+            seen[n_seen] = t;
+            counts[n_seen++] = 0;
+        }
+        counts[k]++;
+    }
+    int32_t best = -1;
+    int best_count = 0;
+    for (int k = 0; k < n_seen; k++) {
+        if (counts[k] > best_count || (counts[k] == best_count && seen[k] < best)) {
+            best = seen[k];
+            best_count = counts[k];
         }
     }
     long long length = 0, missing = -1;
