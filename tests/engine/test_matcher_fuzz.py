@@ -636,7 +636,7 @@ def test_counted_runs_of_a_large_byte_set_agree_with_oracle(lo, extra, negated, 
 def test_nested_counted_repetitions_share_verdicts_only_where_exact(inner, outer, data):
     """``<(x{a,b} ";"){c,d}>`` with both bounds well past the longest token (10 bytes):
     positions inside later copies of both repetitions share one token verdict with earlier
-    ones (Automaton.horizon_key). Near either minimum or maximum the verdicts differ, so a
+    ones (Automaton.copy_shape). Near either minimum or maximum the verdicts differ, so a
     walk through many copies is checked position by position against the oracle."""
     (a, extra_a), (c, extra_c) = inner, outer
     item = Seq((Repeat(ByteSet(((ord("x"), ord("x")),)), a, a + extra_a), Literal(b";")))

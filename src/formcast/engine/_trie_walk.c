@@ -126,6 +126,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         push3(&stack, &stack_cap, &top, pending_in[3 * i], pending_in[3 * i + 1],
               pending_in[3 * i + 2]);
     int bad = 0;
+    int32_t reached = 0; /* deepest byte the verdicts depended on */
 #define MARK(lo, hi, value)                                              \
     for (int32_t r = (lo); r < (hi); r++) {                             \
         if (r < 0 || r >= n_rows || ids[r] < 0 || ids[r] >= n_ids) {     \
@@ -148,6 +149,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
          * slice (a byte outside it), so the chain no longer vouches for what follows. */
         if (d > 0 && finishes[s]) flag |= 1;
         const int32_t *row = table + 256 * s;
+        if (first_child[g] < end_child[g] && d + 1 > reached) reached = d + 1;
         for (int32_t c = first_child[g]; c < end_child[g] && !bad; c++) {
             if (c < 0 || c >= n_nodes) { bad = 1; break; }
             int32_t ns = row[byte[c]];
@@ -166,6 +168,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                 const uint64_t *below = subtree + 4 * (size_t)c;
                 if (!((below[0] & outside[0]) | (below[1] & outside[1]) |
                       (below[2] & outside[2]) | (below[3] & outside[3]))) {
+                    if (maxlen[c] > reached) reached = maxlen[c];
                     MARK(row_lo[c], row_hi[c], 1)
                     continue;
                 }
@@ -187,8 +190,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_IndexError, "trie walk: node, row or state id out of range");
         return NULL;
     }
-    PyObject *result = PyBytes_FromStringAndSize((const char *)pending,
-                                                 (Py_ssize_t)(sizeof(int64_t) * 3 * n_pending));
+    PyObject *result = Py_BuildValue("y#i", (const char *)pending,
+                                     (Py_ssize_t)(sizeof(int64_t) * 3 * n_pending), (int)reached);
     free(pending);
     return result;
 }
@@ -294,8 +297,9 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(table, filled, finishes, first_child, end_child, byte, row_lo, row_hi, end_count, "
-     "maxlen, depth, subtree_bytes, ids, chain, outside_bytes, pending_in, verdicts) -> bytes "
-     "of int64 (node, state, flag) triples that stopped at unfilled rows"},
+     "maxlen, depth, subtree_bytes, ids, chain, outside_bytes, pending_in, verdicts) -> (bytes "
+     "of int64 (node, state, flag) triples that stopped at unfilled rows, deepest byte "
+     "looked at)"},
     {"slice_chain", slice_chain, METH_VARARGS,
      "slice_chain(table, filled, base, horizon, min_bytes, chain_out, slice_out) -> "
      "(length, missing state or -1)"},

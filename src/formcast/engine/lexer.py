@@ -41,6 +41,7 @@ class Automaton:
         self._rule_index = {name: i for i, name in enumerate(order)}
         self._eps_memo: dict[int, frozenset[int]] = {}
         self._important_memo: dict[int, frozenset[int]] = {}
+        self._shape_memo: dict[int, tuple[tuple, int] | None] = {}
         self._ids: dict[tuple[int, frozenset[int]], int] = {}
         self._sets: list[tuple[int, frozenset[int]]] = []
         self.rule_names = order
@@ -69,18 +70,28 @@ class Automaton:
     def accepting(self) -> np.ndarray:
         return np.array(self.accepting_list, dtype=bool)
 
-    def horizon_key(self, q: int, horizon: int) -> tuple | None:
-        """A key shared by states whose futures agree for ``horizon`` bytes, or None.
+    def copy_shape(self, q: int) -> tuple[tuple, int] | None:
+        """``(shape, reach)``: states of equal shape behave alike for ``reach`` bytes (the
+        smaller reach of the two), or None.
 
         Inside a long lazy repetition (``maxLength: 400``), the same position in copy ``c``
-        and in copy ``c + 1`` behaves identically for any token, as long as both are past the
-        minimum and more copies remain than ``horizon`` bytes can finish: every copy is the
-        same automaton and the states after the repetition are shared. The same holds level
-        by level for nested repetitions (``maxItems: 30`` objects holding ``maxLength: 120``
-        strings: the string of item 5 behaves as that of item 4), comparing copies of an inner
-        repetition by their template and by the copy of the outer one they live in. Keying
-        token verdicts by this makes one classification serve a whole stretch.
+        and in copy ``c + 1`` behaves identically as long as both are past the minimum and
+        the maximum is out of reach: every copy is the same automaton and the states after
+        the repetition are shared. ``reach`` is a lower bound on the bytes before a path
+        from ``q`` could meet the maximum (copies left times the fewest bytes of one copy).
+        The same holds level by level for nested repetitions (``maxItems: 30`` objects
+        holding ``maxLength: 120`` strings: the string of item 5 behaves as that of item 4),
+        comparing copies of an inner repetition by their template and by the copy of the
+        outer one they live in. A token verdict that looked no further than ``reach`` bytes
+        then serves every state of the shape (``MaskCache.verdict``).
         """
+        got = self._shape_memo.get(q, self)
+        if got is not self:
+            return got
+        got = self._shape_memo[q] = self._copy_shape(q)
+        return got
+
+    def _copy_shape(self, q: int) -> tuple[tuple, int] | None:
         rule, states = self._sets[q]
         copy_of = self._nfa.copy_of
         own: dict[object, list[tuple[int, int]]] = {}
@@ -108,13 +119,14 @@ class Automaton:
                 frontier.append(outer)
             indices[outer].append(j)
         low = {}
+        reach = None
         for record, used in indices.items():
             lo, hi = min(used), max(used)
             # Copy i may end the repetition after it iff i + 1 >= minimum: all must.
             if record.nullable or lo + 1 < record.minimum:
                 return None
-            if record.copies - hi <= horizon // max(record.min_bytes, 1) + 2:
-                return None
+            left = (record.copies - hi - 2) * max(record.min_bytes, 1)
+            reach = left if reach is None else min(reach, left)
             low[record] = lo
         parts = []
         for record, lo in low.items():
@@ -124,7 +136,7 @@ class Automaton:
                 outer, j = record.parent
                 where = (outer.template, j - low[outer])
             parts.append((record.template, where, spots))
-        return (rule, frozenset(parts), frozenset(outside))
+        return (rule, frozenset(parts), frozenset(outside)), reach
 
     def ensure(self, q: int) -> None:
         """Build the transitions of state ``q`` if they are not built yet."""

@@ -36,7 +36,6 @@ SLICE_MIN_BYTES = 32
 # token by token in Python (cheaper than numpy calls per level for a handful of tokens).
 SCALAR_NODES = 32
 SCALAR_TOKENS = 256
-_UNKNOWN = object()
 _EMPTY_INT64 = np.zeros(0, dtype=np.int64)
 _EMPTY_UINT64 = np.zeros(0, dtype="<u8")
 # Upper bound on numbered parser states kept for token walks (1 KiB of table each).
@@ -59,6 +58,7 @@ class StateVerdict:
 
     allowed: np.ndarray  # bool over the vocabulary: consumable without leaving q's frame
     needs_context: np.ndarray  # token ids that can only go on by returning below q's frame
+    depth: int = 1 << 30  # the verdict holds for any state alike for this many bytes
 
 
 def classify_tokens(dense: DenseStates, table: TokenTable, base: int) -> StateVerdict:
@@ -87,15 +87,17 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int) -> 
     chain, outside = _native_slice_chain(dense, base, trie.max_len)
     verdicts = np.zeros(table.size, dtype=np.uint8)
     pending = np.array([0, base, 0], dtype=np.int64)
+    depth = 0
     while pending.size:
         dense.ensure_rows(pending[1::3])
-        raw = _trie_walk.walk(dense.table, dense.filled.view(np.uint8),
+        raw, reached = _trie_walk.walk(dense.table, dense.filled.view(np.uint8),
                               dense.finishes.view(np.uint8), flat.first_child, flat.end_child,
                               flat.byte, flat.row_lo, flat.row_hi, flat.end_count, flat.maxlen,
                               flat.depth, flat.subtree_bytes, trie.ids, chain, outside, pending,
                               verdicts)
         pending = np.frombuffer(raw, dtype=np.int64)
-    return StateVerdict(verdicts == 1, np.flatnonzero(verdicts == 2))
+        depth = max(depth, reached)
+    return StateVerdict(verdicts == 1, np.flatnonzero(verdicts == 2), depth)
 
 
 def _native_slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
@@ -103,7 +105,7 @@ def _native_slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np
     little-endian words (empty arrays: no slice).
 
     When the base and its slice successor are the same position of a counted repetition one
-    copy apart (equal :meth:`Automaton.horizon_key`), the chain repeats for the whole horizon:
+    copy apart (equal :meth:`Automaton.copy_shape`), the chain repeats for the whole horizon:
     its later entries are left -1 and the C walk follows slice bytes instead, so a mask at the
     start of a ``maxLength: 400`` string does not build 80 positions ahead first.
     """
@@ -140,8 +142,9 @@ def _one_copy_apart(dense: DenseStates, first: int, second: int, horizon: int) -
     if len(stack_a) != 1 or len(stack_b) != 1 or stack_a == stack_b:
         return False
     auto = dense.parser.auto
-    key = auto.horizon_key(stack_a[0], horizon)
-    return key is not None and key == auto.horizon_key(stack_b[0], horizon)
+    shape_a, shape_b = auto.copy_shape(stack_a[0]), auto.copy_shape(stack_b[0])
+    return (shape_a is not None and shape_b is not None and shape_a[0] == shape_b[0]
+            and min(shape_a[1], shape_b[1]) > horizon)
 
 
 def classify_tokens_numpy(dense: DenseStates, table: TokenTable, base: int) -> StateVerdict:
@@ -213,7 +216,7 @@ def classify_tokens_numpy(dense: DenseStates, table: TokenTable, base: int) -> S
     allowed = np.zeros(table.size, dtype=bool)
     allowed[trie.ids[allowed_rows]] = True
     needs_ids = trie.ids[np.concatenate(needs)] if needs else np.zeros(0, np.int64)
-    return StateVerdict(allowed, needs_ids)
+    return StateVerdict(allowed, needs_ids, trie.max_len)
 
 
 def _walk_rows(dense: DenseStates, table: TokenTable, depth: int, lo_rows: np.ndarray,
@@ -301,8 +304,7 @@ class MaskCache:
         self.table = table
         self.dense = DenseStates(parser)
         self._verdicts: dict[int, StateVerdict] = MemoStore()
-        self._horizon_verdicts: dict[tuple, StateVerdict] = MemoStore()  # see horizon_key
-        self._horizon_of: dict[int, tuple | None] = {}
+        self._horizon_verdicts: dict[tuple, StateVerdict] = MemoStore()  # by copy_shape
         self._masks: dict[State, np.ndarray] = MemoStore()
         self._packed: dict[State, np.ndarray] = MemoStore()
         self.budget = budget
@@ -314,20 +316,22 @@ class MaskCache:
         got = self._verdicts.get(q)
         if got is not None:
             return got
-        key = self._horizon_of.get(q, _UNKNOWN)
-        if key is _UNKNOWN:
-            key = self.auto.horizon_key(q, self.table.trie.max_len)
-            self._horizon_of[q] = key
-        if key is not None:
+        shape = self.auto.copy_shape(q)
+        if shape is not None:
+            key, reach = shape
             got = self._horizon_verdicts.get(key)
-            if got is not None:
+            if got is not None and got.depth < reach:
                 return got
         if len(self.dense) > DENSE_STATE_LIMIT:
             # Deeply recursive grammars can keep minting states: start the table afresh
             # (verdicts already computed stay valid; they hold masks, not state ids).
             self.dense = DenseStates(self.parser)
         got = classify_tokens(self.dense, self.table, self.dense.intern(frozenset(((q,),))))
-        store, at = (self._verdicts, q) if key is None else (self._horizon_verdicts, key)
+        # Shared by the shape when the walk never looked as far as the repetition's maximum.
+        if shape is not None and got.depth < shape[1]:
+            store, at = self._horizon_verdicts, shape[0]
+        else:
+            store, at = self._verdicts, q
         store[at] = got
         self.budget.charge(store, at, got.allowed.nbytes + got.needs_context.nbytes)
         return got

@@ -107,7 +107,7 @@ class LazyRepeat:
         self.inner = inner  # lazy repetitions inside the first copy: (record, its exit offset)
         self.live: list[bool] | None = None  # liveness of the first copy's states
         # The repetition this one is a shifted copy of (itself for an original), and the copy
-        # of the enclosing repetition it lives in: what Automaton.horizon_key compares.
+        # of the enclosing repetition it lives in: what Automaton.copy_shape compares.
         self.template = template if template is not None else self
         self.parent: tuple[LazyRepeat, int] | None = None
         for record, _ in inner:
