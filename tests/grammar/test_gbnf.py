@@ -490,7 +490,8 @@ def test_llama_cpp_accepts_printed_grammars(llama_vocab) -> None:
 
 
 def _left_recursive(grammar: Grammar) -> bool:
-    """Whether a rule can reach itself before consuming anything (llama.cpp refuses those)."""
+    """Whether a rule can reach itself before consuming anything, also through llama.cpp's
+    rewrite of an unbounded repetition of something nullable (llama.cpp refuses those)."""
     def nullable(e: Expr, seen: frozenset[str]) -> bool:
         if isinstance(e, Literal):
             return not e.data
@@ -518,6 +519,19 @@ def _left_recursive(grammar: Grammar) -> bool:
             return [n for x in e.items for n in leftmost_refs(x)]
         return leftmost_refs(e.item) if isinstance(e, Repeat) else []
 
+    def starred_nullable(e: Expr) -> bool:
+        # llama.cpp rewrites x* / x+ / x{m,} as a rule "r ::= x r | ..." (left-recursive when
+        # x can be empty) and refuses it.
+        if isinstance(e, Repeat):
+            if e.max is None and nullable(e.item, frozenset()):
+                return True
+            return starred_nullable(e.item)
+        if isinstance(e, Seq | Choice):
+            return any(starred_nullable(x) for x in e.items)
+        return False
+
+    if any(starred_nullable(body) for body in grammar.rules.values()):
+        return True
     for start in grammar.rules:
         todo, seen = [start], set()
         while todo:
