@@ -101,7 +101,8 @@ class Automaton:
             if info is None:
                 outside.append(x)
             else:
-                own.setdefault(info[0], []).append((info[1], info[2]))
+                record, index = info
+                own.setdefault(record, []).append((index, x - record.entry_of(index)))
         if not own:
             return None
         # Every repetition involved, with the copies of it that its inner ones live in.
@@ -187,7 +188,9 @@ class Automaton:
         self.trans_rows[q] = row
         self.row_targets[q] = targets
         self.row_segments[q] = segments
-        self.trans[q] = row
+        numpy_row = self.trans[q]  # still all -1: a few slice writes beat converting a list
+        for lo, hi, target in segments:
+            numpy_row[lo:hi] = target
         self.has_bytes[q] = bool(edges)
 
     def _important_closure(self, t: int, end: int) -> frozenset[int]:

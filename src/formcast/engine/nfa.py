@@ -49,8 +49,9 @@ class NFA:
     call_edges: list[list[tuple[int, int]]] = field(default_factory=list)
     # exit state of a lazily copied repetition -> (the repetition, how many copies end there)
     lazy_exits: dict[int, tuple[LazyRepeat, int]] = field(default_factory=dict)
-    # state inside a copy of a lazy repetition -> (the repetition, copy index, offset in copy)
-    copy_of: dict[int, tuple[LazyRepeat, int, int]] = field(default_factory=dict)
+    # state inside a copy of a lazy repetition -> (the repetition, copy index); its offset in
+    # the copy is the state minus LazyRepeat.entry_of(copy index)
+    copy_of: dict[int, tuple[LazyRepeat, int]] = field(default_factory=dict)
 
     def new_state(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
@@ -166,9 +167,10 @@ class LazyRepeat:
         return 0  # exit not found in the snapshot: claim nothing
 
     def _register(self, entry: int, index: int) -> None:
-        copy_of = self.nfa.copy_of
-        for offset in range(len(self.edges)):
-            copy_of[entry + offset] = (self, index, offset)
+        # One shared (record, copy) value for the whole range, set in C loops: a copy of a
+        # large item registers hundreds of states (the offset is the state minus the entry).
+        self.nfa.copy_of.update(dict.fromkeys(range(entry, entry + len(self.edges)),
+                                              (self, index)))
 
     def successors(self, done: int) -> list[int]:
         """States reached by epsilon from the exit of copy ``done - 1``."""
@@ -178,6 +180,10 @@ class LazyRepeat:
         if done >= self.minimum:
             out.append(self.end)
         return out
+
+    def entry_of(self, index: int) -> int:
+        """The first state of copy ``index`` (built already)."""
+        return self._entries[index]
 
     def _entry(self, index: int) -> int:
         got = self._entries.get(index)
