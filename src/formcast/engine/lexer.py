@@ -160,23 +160,45 @@ class Automaton:
             segments.append((lo, hi + 1, target))
         elif edges:
             # Sweep the byte axis: between consecutive edge bounds the set of covering edges
-            # is constant, and so is the successor.
-            points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
-            memo: dict[frozenset[int], int] = {}
+            # is constant, and so is the successor; the set changes only where an edge starts
+            # or stops, so it is updated there instead of rescanning every edge.
+            starts: dict[int, list[int]] = {}
+            stops: dict[int, list[int]] = {}
+            for lo, hi, t in edges:
+                starts.setdefault(lo, []).append(t)
+                stops.setdefault(hi + 1, []).append(t)
+            points = sorted(starts.keys() | stops.keys())
+            active: dict[int, int] = {}  # covering target -> how many edges lead there
+            by_targets: dict[frozenset[int], int] = {}
+            by_states: dict[frozenset[int], int] = {}
             for a, b in zip(points, points[1:], strict=False):
-                covering = [t for lo, hi, t in edges if lo <= a and b - 1 <= hi]
-                if not covering:
+                for t in stops.get(a, ()):
+                    if active[t] == 1:
+                        del active[t]
+                    else:
+                        active[t] -= 1
+                for t in starts.get(a, ()):
+                    active[t] = active.get(t, 0) + 1
+                if not active:
                     continue
-                if len(covering) == 1:
-                    nxt = self._important_closure(covering[0], end)
-                else:
-                    nxt = frozenset().union(*[self._important_closure(t, end) for t in covering])
-                target = memo.get(nxt)
+                covering = frozenset(active)
+                target = by_targets.get(covering)
                 if target is None:
-                    target = memo[nxt] = self._intern(rule, nxt)
-                    targets.append(target)
+                    if len(covering) == 1:
+                        nxt = self._important_closure(next(iter(covering)), end)
+                    else:
+                        nxt = frozenset().union(*[self._important_closure(t, end)
+                                                  for t in covering])
+                    target = by_states.get(nxt)
+                    if target is None:
+                        target = by_states[nxt] = self._intern(rule, nxt)
+                        targets.append(target)
+                    by_targets[covering] = target
+                if segments and segments[-1][1] == a and segments[-1][2] == target:
+                    segments[-1] = (segments[-1][0], b, target)
+                else:
+                    segments.append((a, b, target))
                 row[a:b] = [target] * (b - a)
-                segments.append((a, b, target))
         call_map: dict[int, set[int]] = {}
         fragments = self._fragments
         for x in states:
