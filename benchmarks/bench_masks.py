@@ -96,7 +96,8 @@ def header(args: argparse.Namespace, engines: list[Engine], missing: dict[str, s
     lines += [
         f"- compile: p50 of {args.repeats} fresh compiles (llguidance: GBNF→Lark conversion + "
         "`LLMatcher`; xgrammar: a new `GrammarCompiler(cache_enabled=False)`; formcast: front end "
-        "+ `Matcher` with its compile caches emptied); per-vocabulary tables are built beforehand",
+        "+ `Matcher` with its compile caches emptied before the timer starts, as the previous "
+        "compile of every engine is dropped before it); per-vocabulary tables are built beforehand",
         "- mask: the one call that fills a packed int32 bitmask for the current state, timed at "
         "every step of every sample; p50/p99 over all steps. cold = first pass over each fresh "
         f"compile, pooled over the {args.repeats} compiles; warm = one more pass with new matchers "

@@ -654,6 +654,39 @@ def test_nested_counted_repetitions_share_verdicts_only_where_exact(inner, outer
     event("verdicts shared" if shared else "no verdict shared")
 
 
+@fuzz_settings(20)
+@given(bounds=st.tuples(st.integers(0, 3), st.integers(9, 16)), depth=st.integers(1, 3),
+       data=st.data())
+def test_counted_run_inside_a_called_rule_shares_masks_only_where_exact(bounds, depth, data):
+    """``r ::= "<" x{a,b} ">" | "[" r "]"``: inside brackets the run sits in a called frame,
+    so tokens such as ``xx>]`` return below it mid-token and the mask comes from a walk of
+    the whole parser state. That walk is shared by the same position in other copies of the
+    run (MaskCache._full_walk) only while the maximum is further away than it looked: every
+    position of the run, up to the maximum, is checked against the oracle, then a random
+    walk goes on from there."""
+    low, high = bounds
+    run = Repeat(ByteSet(((ord("x"), ord("x")),)), low, high)
+    grammar = Grammar({"r": Choice((Seq((Literal(b"<"), run, Literal(b">"))),
+                                    Seq((Literal(b"["), Ref("r"), Literal(b"]")))))},
+                      start="r")
+    tokens = {b"<", b">", b"[", b"]", b"[<", b"[[", b">]", b"]]", b"[[<"}
+    tokens |= {b"x" * k for k in range(1, 7)} | {b"x" * k + b">" for k in range(1, 6)}
+    tokens |= {b"x" * k + b">]" for k in range(1, 5)} | {b"x" * k + b">]]" for k in range(1, 4)}
+    vocab = Vocabulary.from_tokens([b"", b""] + sorted(tokens), eos_ids=[EOS],
+                                   special_ids=[SPECIAL], name="called-runs")
+    m = matcher_or_reject(grammar, vocab)
+    oracle = Oracle(grammar)
+    text = b"[" * depth + b"<"
+    assert m.accept_bytes(text)
+    for _ in range(high + 1):
+        check_position(m, vocab, oracle, text)
+        if not m.accept_bytes(b"x"):
+            break
+        text += b"x"
+    assert len(text) == depth + 1 + high  # the run went exactly to its maximum
+    walk_and_check(grammar, vocab, data, max_steps=30)
+
+
 @fuzz_settings(40)
 @given(grammar=grammars(), data=st.data())
 def test_permuted_and_rebuilt_vocab_share_nothing_wrong(grammar, data):

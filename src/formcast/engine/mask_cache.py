@@ -305,6 +305,7 @@ class MaskCache:
         self.dense = DenseStates(parser)
         self._verdicts: dict[int, StateVerdict] = MemoStore()
         self._horizon_verdicts: dict[tuple, StateVerdict] = MemoStore()  # by copy_shape
+        self._full_verdicts: dict[tuple, StateVerdict] = MemoStore()  # frames below + shape
         self._masks: dict[State, np.ndarray] = MemoStore()
         self._packed: dict[State, np.ndarray] = MemoStore()
         self.budget = budget
@@ -384,10 +385,7 @@ class MaskCache:
         if any(len(kernel) > 1 and v.needs_context.size for kernel, v in verdicts):
             # Some tokens return below a frame mid-token: walk from the full state instead,
             # where every frame below is known (exact, and still one gather per level).
-            if len(self.dense) > DENSE_STATE_LIMIT:
-                self.dense = DenseStates(self.parser)
-                self._verdicts = MemoStore()  # its bytes leave the budget with it
-            mask = classify_tokens(self.dense, self.table, self.dense.intern(state)).allowed
+            mask = self._full_walk(state).allowed.copy()
         elif len(verdicts) == 1:
             mask = verdicts[0][1].allowed.copy()
         else:
@@ -397,6 +395,31 @@ class MaskCache:
         if self.parser.is_accepting(state) and self.table.eos_ids.size:
             mask[self.table.eos_ids] = True
         return mask
+
+
+    def _full_walk(self, state: State) -> StateVerdict:
+        """The exact walk from the whole state. A single kernel whose top is a position in
+        a counted repetition (``maxLength: 500`` text inside an array item rule) shares it
+        with the same position in other copies, under the same frames below, when the walk
+        looked fewer bytes ahead than the repetition's maximum is away."""
+        key = shape = None
+        if len(state) == 1:
+            (kernel,) = state
+            shape = self.auto.copy_shape(kernel[-1])
+            if shape is not None:
+                key = (kernel[:-1], shape[0])
+                got = self._full_verdicts.get(key)
+                if got is not None and got.depth < shape[1]:
+                    return got
+        if len(self.dense) > DENSE_STATE_LIMIT:
+            self.dense = DenseStates(self.parser)
+            self._verdicts = MemoStore()  # its bytes leave the budget with it
+        got = classify_tokens(self.dense, self.table, self.dense.intern(state))
+        if key is not None and got.depth < shape[1]:
+            self._full_verdicts[key] = got
+            self.budget.charge(self._full_verdicts, key,
+                               got.allowed.nbytes + got.needs_context.nbytes)
+        return got
 
 
 def pack_mask(mask: np.ndarray) -> np.ndarray:
