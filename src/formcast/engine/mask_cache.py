@@ -2,14 +2,16 @@
 
 Two levels of work, both shared by every matcher of the same (grammar, vocabulary):
 
-1. Per DFA state ``q`` (context-independent, xgrammar's idea): step the DFA for *all* tokens at
-   once with numpy. Tokens that stay inside ``q``'s rule for all their bytes are allowed whatever
-   the stack below; tokens that die without ever reaching a state where the rule could end or
-   call another rule are refused whatever the stack. Only the rest — tokens that cross a rule
-   boundary mid-token, such as ``",`` after a nested string — are context-dependent.
-2. Per parser state (a set of stacks): OR the per-``q`` masks of the stacks' tops and walk the
-   few context-dependent tokens through the real parser. The result is memoised under the
-   parser state itself, so the warm path of ``mask_for`` is one dictionary lookup.
+1. Per DFA state ``q`` (context-independent, xgrammar's idea): walk the token trie from ``q``
+   (in C when the extension is built, else level by level in numpy). Tokens that stay inside
+   ``q``'s rule for all their bytes are allowed whatever the stack below; tokens that die
+   without ever reaching a state where the rule could end or call another rule are refused
+   whatever the stack. Only the rest — tokens that cross a rule boundary mid-token, such as
+   ``",`` after a nested string — are context-dependent. Positions in later copies of a
+   counted repetition share the verdict of an earlier copy (``Automaton.copy_shape``).
+2. Per parser state (a set of stacks): OR the per-``q`` masks of the stacks' tops, or, when
+   some tokens are context-dependent, walk the whole state exactly. The result is memoised
+   under the parser state itself, so the warm path of ``mask_for`` is one dictionary lookup.
 """
 
 from __future__ import annotations
@@ -90,11 +92,11 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int) -> 
     depth = 0
     while pending.size:
         dense.ensure_rows(pending[1::3])
-        raw, reached = _trie_walk.walk(dense.table, dense.filled.view(np.uint8),
-                              dense.finishes.view(np.uint8), flat.first_child, flat.end_child,
-                              flat.byte, flat.row_lo, flat.row_hi, flat.end_count, flat.maxlen,
-                              flat.depth, flat.subtree_bytes, trie.ids, chain, outside, pending,
-                              verdicts)
+        raw, reached = _trie_walk.walk(
+            dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8),
+            flat.first_child, flat.end_child, flat.byte, flat.row_lo, flat.row_hi,
+            flat.end_count, flat.maxlen, flat.depth, flat.subtree_bytes, trie.ids, chain,
+            outside, pending, verdicts)
         pending = np.frombuffer(raw, dtype=np.int64)
         depth = max(depth, reached)
     return StateVerdict(verdicts == 1, np.flatnonzero(verdicts == 2), depth)
@@ -125,6 +127,7 @@ def _native_slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np
 
 def _fill_chain(dense: DenseStates, base: int, horizon: int, chain: np.ndarray,
                 slice_bytes: np.ndarray) -> int:
+    """Run the C slice chain, building the rows it stops at; return the chain's length."""
     while True:
         length, missing = _trie_walk.slice_chain(dense.table, dense.filled.view(np.uint8), base,
                                                  horizon, SLICE_MIN_BYTES, chain, slice_bytes)
