@@ -62,6 +62,7 @@ static int push3(int64_t **buf, Py_ssize_t *cap, Py_ssize_t *n, int64_t a, int64
 #define N_BUFS 17
 
 static PyObject *walk(PyObject *self, PyObject *args) {
+    (void)self;
     PyObject *objs[N_BUFS];
     if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3],
                           &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &objs[10],
@@ -70,7 +71,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     static const char *names[N_BUFS] = {
         "table", "filled", "finishes", "first_child", "end_child", "byte", "row_lo", "row_hi",
         "end_count", "maxlen", "depth", "subtree_bytes", "ids", "chain", "outside_bytes",
-        "pending_in", "verdicts"};
+        "pending_in", "allowed"};
     static const Py_ssize_t sizes[N_BUFS] = {4, 1, 1, 4, 4, 1, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8, 1};
     Buf bufs[N_BUFS];
     memset(bufs, 0, sizeof(bufs));
@@ -96,7 +97,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     const int64_t *chain = bufs[13].b.buf;
     const uint64_t *outside = bufs[14].b.buf; /* 4 words: bytes not in the slice */
     const int64_t *pending_in = bufs[15].b.buf;
-    uint8_t *verdicts = bufs[16].b.buf; /* per token id: 1 allowed, 2 needs the context */
+    uint8_t *allowed = bufs[16].b.buf; /* per token id (a numpy bool array) */
     Py_ssize_t n_states = bufs[1].b.len;
     Py_ssize_t n_nodes = bufs[3].b.len / 4;
     Py_ssize_t n_rows = bufs[12].b.len / 8;
@@ -127,13 +128,30 @@ static PyObject *walk(PyObject *self, PyObject *args) {
               pending_in[3 * i + 2]);
     int bad = 0;
     int32_t reached = 0; /* deepest byte the verdicts depended on */
-#define MARK(lo, hi, value)                                              \
+    /* Tokens needing the context are few: collected as ids, not marked in an array. */
+    Py_ssize_t needs_cap = 64, n_needs = 0;
+    int64_t *needs = malloc(sizeof(int64_t) * (size_t)needs_cap);
+    if (!needs) bad = 2;
+#define CHECK_ROW(r)                                                     \
+    if (r < 0 || r >= n_rows || ids[r] < 0 || ids[r] >= n_ids) {         \
+        bad = 1;                                                         \
+        break;                                                           \
+    }
+#define ALLOW(lo, hi)                                                    \
     for (int32_t r = (lo); r < (hi); r++) {                             \
-        if (r < 0 || r >= n_rows || ids[r] < 0 || ids[r] >= n_ids) {     \
-            bad = 1;                                                     \
-            break;                                                       \
+        CHECK_ROW(r)                                                     \
+        allowed[ids[r]] = 1;                                             \
+    }
+#define NEED(lo, hi)                                                     \
+    for (int32_t r = (lo); r < (hi); r++) {                             \
+        CHECK_ROW(r)                                                     \
+        if (n_needs == needs_cap) {                                      \
+            int64_t *more = realloc(needs, sizeof(int64_t) * 2 * (size_t)needs_cap); \
+            if (!more) { bad = 2; break; }                               \
+            needs = more;                                                \
+            needs_cap *= 2;                                              \
         }                                                                \
-        verdicts[ids[r]] = (value);                                      \
+        needs[n_needs++] = ids[r];                                       \
     }
     Py_BEGIN_ALLOW_THREADS
     while (top > 0 && !bad) {
@@ -154,10 +172,10 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             if (c < 0 || c >= n_nodes) { bad = 1; break; }
             int32_t ns = row[byte[c]];
             if (ns < 0) {
-                if (flag & 1) MARK(row_lo[c], row_hi[c], 2)
+                if (flag & 1) NEED(row_lo[c], row_hi[c])
                 continue;
             }
-            MARK(row_lo[c], row_lo[c] + end_count[c], 1)
+            ALLOW(row_lo[c], row_lo[c] + end_count[c])
             int64_t child_flag = flag;
             if (use_slice && (outside[byte[c] >> 6] >> (byte[c] & 63)) & 1) child_flag |= 2;
             /* On the chain: its state says so, or (for a chain known to repeat, whose later
@@ -169,7 +187,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                 if (!((below[0] & outside[0]) | (below[1] & outside[1]) |
                       (below[2] & outside[2]) | (below[3] & outside[3]))) {
                     if (maxlen[c] > reached) reached = maxlen[c];
-                    MARK(row_lo[c], row_hi[c], 1)
+                    ALLOW(row_lo[c], row_hi[c])
                     continue;
                 }
             }
@@ -181,18 +199,24 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
-#undef MARK
+#undef ALLOW
+#undef NEED
+#undef CHECK_ROW
     free(stack);
     release(bufs, N_BUFS);
     if (bad) {
         free(pending);
+        free(needs);
         if (bad == 2) return PyErr_NoMemory();
         PyErr_SetString(PyExc_IndexError, "trie walk: node, row or state id out of range");
         return NULL;
     }
-    PyObject *result = Py_BuildValue("y#i", (const char *)pending,
-                                     (Py_ssize_t)(sizeof(int64_t) * 3 * n_pending), (int)reached);
+    PyObject *result = Py_BuildValue("y#y#i", (const char *)pending,
+                                     (Py_ssize_t)(sizeof(int64_t) * 3 * n_pending),
+                                     (const char *)needs, (Py_ssize_t)(sizeof(int64_t) * n_needs),
+                                     (int)reached);
     free(pending);
+    free(needs);
     return result;
 }
 
@@ -203,6 +227,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
  *   missing >= 0: the chain stopped at a state whose row is not filled; fill it and call again.
  */
 static PyObject *slice_chain(PyObject *self, PyObject *args) {
+    (void)self;
     PyObject *objs[4];
     long long base, horizon, min_bytes;
     if (!PyArg_ParseTuple(args, "OOLLLOO", &objs[0], &objs[1], &base, &horizon, &min_bytes,
@@ -297,15 +322,17 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(table, filled, finishes, first_child, end_child, byte, row_lo, row_hi, end_count, "
-     "maxlen, depth, subtree_bytes, ids, chain, outside_bytes, pending_in, verdicts) -> (bytes "
-     "of int64 (node, state, flag) triples that stopped at unfilled rows, deepest byte "
-     "looked at)"},
+     "maxlen, depth, subtree_bytes, ids, chain, outside_bytes, pending_in, allowed) -> (bytes "
+     "of int64 (node, state, flag) triples that stopped at unfilled rows, bytes of int64 ids "
+     "of tokens that need the context, deepest byte looked at); allowed token ids are set to 1 "
+     "in allowed"},
     {"slice_chain", slice_chain, METH_VARARGS,
      "slice_chain(table, filled, base, horizon, min_bytes, chain_out, slice_out) -> "
      "(length, missing state or -1)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_trie_walk",
-                                    "Depth-first token-trie walk for cold masks.", -1, methods};
+                                    "Depth-first token-trie walk for cold masks.", -1, methods,
+                                    NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__trie_walk(void) { return PyModule_Create(&module); }

@@ -87,19 +87,22 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int) -> 
     trie = table.trie
     flat = trie.flat()
     chain, outside = _native_slice_chain(dense, base, trie.max_len)
-    verdicts = np.zeros(table.size, dtype=np.uint8)
+    allowed = np.zeros(table.size, dtype=bool)
+    needs: list[bytes] = []
     pending = np.array([0, base, 0], dtype=np.int64)
     depth = 0
     while pending.size:
         dense.ensure_rows(pending[1::3])
-        raw, reached = _trie_walk.walk(
+        raw, needing, reached = _trie_walk.walk(
             dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8),
             flat.first_child, flat.end_child, flat.byte, flat.row_lo, flat.row_hi,
             flat.end_count, flat.maxlen, flat.depth, flat.subtree_bytes, trie.ids, chain,
-            outside, pending, verdicts)
+            outside, pending, allowed)
         pending = np.frombuffer(raw, dtype=np.int64)
+        if needing:
+            needs.append(needing)
         depth = max(depth, reached)
-    return StateVerdict(verdicts == 1, np.flatnonzero(verdicts == 2), depth)
+    return StateVerdict(allowed, np.frombuffer(b"".join(needs), dtype=np.int64), depth)
 
 
 def _native_slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
