@@ -59,24 +59,36 @@ static int push3(int64_t **buf, Py_ssize_t *cap, Py_ssize_t *n, int64_t a, int64
     return 1;
 }
 
-#define N_BUFS 17
+/* Whether the sorted array holds a value in [lo, hi). */
+static int any_between(const int64_t *sorted, Py_ssize_t n, int64_t lo, int64_t hi) {
+    Py_ssize_t a = 0, b = n;
+    while (a < b) {
+        Py_ssize_t mid = a + (b - a) / 2;
+        if (sorted[mid] < lo) a = mid + 1;
+        else b = mid;
+    }
+    return a < n && sorted[a] < hi;
+}
+
+#define N_BUFS 18
 
 static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objs[N_BUFS];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3],
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3],
                           &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &objs[10],
-                          &objs[11], &objs[12], &objs[13], &objs[14], &objs[15], &objs[16]))
+                          &objs[11], &objs[12], &objs[13], &objs[14], &objs[15], &objs[16],
+                          &objs[17]))
         return NULL;
     static const char *names[N_BUFS] = {
         "table", "filled", "finishes", "first_child", "end_child", "byte", "row_lo", "row_hi",
         "end_count", "maxlen", "depth", "subtree_bytes", "ids", "chain", "outside_bytes",
-        "pending_in", "allowed"};
-    static const Py_ssize_t sizes[N_BUFS] = {4, 1, 1, 4, 4, 1, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8, 1};
+        "pending_in", "allowed", "only_rows"};
+    static const Py_ssize_t sizes[N_BUFS] = {4, 1, 1, 4, 4, 1, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8, 1, 8};
     Buf bufs[N_BUFS];
     memset(bufs, 0, sizeof(bufs));
     for (int i = 0; i < N_BUFS; i++) {
-        if (get_buf(objs[i], &bufs[i], i == N_BUFS - 1, sizes[i], names[i]) < 0) {
+        if (get_buf(objs[i], &bufs[i], i == 16, sizes[i], names[i]) < 0) {
             release(bufs, N_BUFS);
             return NULL;
         }
@@ -105,6 +117,10 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     Py_ssize_t chain_len = bufs[13].b.len / 8;
     int use_slice = chain_len > 0 && bufs[14].b.len == 32;
     Py_ssize_t n_in = bufs[15].b.len / 8 / 3;
+    /* Sorted token rows the walk is limited to (empty: all): a child is skipped when none
+     * of them lies below it. */
+    const int64_t *only = bufs[17].b.buf;
+    Py_ssize_t n_only = bufs[17].b.len / 8;
     if (bufs[11].b.len != 32 * n_nodes || bufs[0].b.len < 4 * 256 * n_states) {
         release(bufs, N_BUFS);
         PyErr_SetString(PyExc_ValueError, "trie walk: array sizes do not match");
@@ -170,6 +186,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         if (first_child[g] < end_child[g] && d + 1 > reached) reached = d + 1;
         for (int32_t c = first_child[g]; c < end_child[g] && !bad; c++) {
             if (c < 0 || c >= n_nodes) { bad = 1; break; }
+            if (n_only && !any_between(only, n_only, row_lo[c], row_hi[c])) continue;
             int32_t ns = row[byte[c]];
             if (ns < 0) {
                 if (flag & 1) NEED(row_lo[c], row_hi[c])
@@ -322,7 +339,8 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(table, filled, finishes, first_child, end_child, byte, row_lo, row_hi, end_count, "
-     "maxlen, depth, subtree_bytes, ids, chain, outside_bytes, pending_in, allowed) -> (bytes "
+     "maxlen, depth, subtree_bytes, ids, chain, outside_bytes, pending_in, allowed, only_rows) "
+     "-> (bytes "
      "of int64 (node, state, flag) triples that stopped at unfilled rows, bytes of int64 ids "
      "of tokens that need the context, deepest byte looked at); allowed token ids are set to 1 "
      "in allowed"},

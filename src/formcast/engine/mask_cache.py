@@ -63,11 +63,15 @@ class StateVerdict:
     depth: int = 1 << 30  # the verdict holds for any state alike for this many bytes
 
 
-def classify_tokens(dense: DenseStates, table: TokenTable, base: int) -> StateVerdict:
+def classify_tokens(dense: DenseStates, table: TokenTable, base: int,
+                    only_rows: np.ndarray | None = None) -> StateVerdict:
     """Classify every token from the parser state numbered ``base`` (see
-    :func:`classify_tokens_numpy`): in C when the extension is built, else with numpy."""
+    :func:`classify_tokens_numpy`): in C when the extension is built, else with numpy.
+
+    ``only_rows`` (sorted trie rows) limits the walk to those tokens where the C walk runs;
+    any other token it reports is still decided exactly."""
     if _trie_walk is not None and native_walk_enabled():
-        return classify_tokens_native(dense, table, base)
+        return classify_tokens_native(dense, table, base, only_rows)
     return classify_tokens_numpy(dense, table, base)
 
 
@@ -76,7 +80,8 @@ def native_walk_enabled() -> bool:
     return _trie_walk is not None and not os.environ.get("FORMCAST_PURE_PYTHON")
 
 
-def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int) -> StateVerdict:
+def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
+                           only_rows: np.ndarray | None = None) -> StateVerdict:
     """The walk of :func:`classify_tokens_numpy`, depth first in C (``_trie_walk.c``).
 
     The C walk stops at states whose byte rows are not filled yet and returns where it
@@ -87,6 +92,8 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int) -> 
     trie = table.trie
     flat = trie.flat()
     chain, outside = _native_slice_chain(dense, base, trie.max_len)
+    if only_rows is None:
+        only_rows = _EMPTY_INT64
     allowed = np.zeros(table.size, dtype=bool)
     needs: list[bytes] = []
     pending = np.array([0, base, 0], dtype=np.int64)
@@ -97,7 +104,7 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int) -> 
             dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8),
             flat.first_child, flat.end_child, flat.byte, flat.row_lo, flat.row_hi,
             flat.end_count, flat.maxlen, flat.depth, flat.subtree_bytes, trie.ids, chain,
-            outside, pending, allowed)
+            outside, pending, allowed, only_rows)
         pending = np.frombuffer(raw, dtype=np.int64)
         if needing:
             needs.append(needing)
@@ -388,39 +395,43 @@ class MaskCache:
 
     def _compute(self, state: State) -> np.ndarray:
         verdicts = [(kernel, self.verdict(kernel[-1])) for kernel in self._with_returns(state)]
-        if any(len(kernel) > 1 and v.needs_context.size for kernel, v in verdicts):
-            # Some tokens return below a frame mid-token: walk from the full state instead,
-            # where every frame below is known (exact, and still one gather per level).
-            mask = self._full_walk(state).allowed.copy()
-        elif len(verdicts) == 1:
+        if len(verdicts) == 1:
             mask = verdicts[0][1].allowed.copy()
         else:
             mask = np.zeros(self.table.size, dtype=bool)
             for _, v in verdicts:
                 mask |= v.allowed
+        needs = [v.needs_context for kernel, v in verdicts
+                 if len(kernel) > 1 and v.needs_context.size]
+        if needs:
+            # Some tokens return below a frame mid-token: decide those by a walk from the
+            # whole state, where every frame below is known. The walk is exact for any token
+            # it reaches and goes only where those tokens are; every other token was already
+            # decided by its kernel's verdict.
+            mask |= self._full_walk(state, self.table.trie.rows_of(*needs)).allowed
         if self.parser.is_accepting(state) and self.table.eos_ids.size:
             mask[self.table.eos_ids] = True
         return mask
 
-
-    def _full_walk(self, state: State) -> StateVerdict:
-        """The exact walk from the whole state. A single kernel whose top is a position in
-        a counted repetition (``maxLength: 500`` text inside an array item rule) shares it
-        with the same position in other copies, under the same frames below, when the walk
-        looked fewer bytes ahead than the repetition's maximum is away."""
+    def _full_walk(self, state: State, needs: np.ndarray) -> StateVerdict:
+        """The exact walk from the whole state, limited to the trie rows ``needs``. A single
+        kernel whose top is a position in a counted repetition (``maxLength: 500`` text
+        inside an array item rule) shares it with the same position in other copies, under
+        the same frames below and for the same tokens, when the walk looked fewer bytes
+        ahead than the repetition's maximum is away."""
         key = shape = None
         if len(state) == 1:
             (kernel,) = state
             shape = self.auto.copy_shape(kernel[-1])
             if shape is not None:
-                key = (kernel[:-1], shape[0])
+                key = (kernel[:-1], shape[0], needs.tobytes())
                 got = self._full_verdicts.get(key)
                 if got is not None and got.depth < shape[1]:
                     return got
         if len(self.dense) > DENSE_STATE_LIMIT:
             self.dense = DenseStates(self.parser)
             self._verdicts = MemoStore()  # its bytes leave the budget with it
-        got = classify_tokens(self.dense, self.table, self.dense.intern(state))
+        got = classify_tokens(self.dense, self.table, self.dense.intern(state), only_rows=needs)
         if key is not None and got.depth < shape[1]:
             self._full_verdicts[key] = got
             self.budget.charge(self._full_verdicts, key,

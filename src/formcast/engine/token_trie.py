@@ -73,6 +73,21 @@ class TokenTrie:
         self._present = np.packbits(present, axis=1)
         self._slices: dict[bytes, np.ndarray] = {}
         self._flat: FlatTrie | None = None
+        self._row_of_id: np.ndarray | None = None
+
+    def rows_of(self, *token_ids: np.ndarray) -> np.ndarray:
+        """The sorted trie rows of the given token ids, without repeats (ids outside the
+        trie are dropped). Marked in an array, not sorted: there can be tens of thousands."""
+        if self._row_of_id is None:
+            row_of = np.full(int(self.ids.max()) + 1 if self.ids.size else 0, -1, np.int64)
+            row_of[self.ids] = np.arange(self.ids.size)
+            self._row_of_id = row_of
+        marked = np.zeros(self.ids.size + 1, dtype=bool)  # the last slot takes the dropped
+        for ids in token_ids:
+            ids = np.asarray(ids, dtype=np.int64)
+            ids = ids[(ids >= 0) & (ids < self._row_of_id.size)]
+            marked[self._row_of_id[ids]] = True  # -1 (not in the trie) marks the last slot
+        return np.flatnonzero(marked[:-1])
 
     def flat(self) -> FlatTrie:
         """The same trie with one global node numbering (for the C walk; built once)."""
