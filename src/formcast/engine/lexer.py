@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from formcast.engine.arrays import grown_rows
 from formcast.engine.nfa import NFA, build_nfa
 from formcast.errors import LeftRecursionError
 from formcast.grammar.ir import Grammar
@@ -270,11 +271,7 @@ class Automaton:
         self.accepting_list.append(self._ends[rule] in states)
         self.has_bytes.append(False)
         if idx >= self.trans.shape[0]:
-            n = self.trans.shape[0]
-            grown = np.empty((2 * n, 256), dtype=np.int32)
-            grown[:n] = self.trans
-            grown[n:] = -1
-            self.trans = grown
+            self.trans = grown_rows(self.trans, -1)
         return idx
 
     def build_all(self, limit: int = 1_000_000) -> None:

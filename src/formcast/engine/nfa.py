@@ -55,14 +55,18 @@ class NFA:
 
     def new_state(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
-            raise GrammarError(
-                f"grammar is too large to compile: more than {MAX_NFA_STATES} automaton states "
-                "(large bounded repetitions multiply; try smaller bounds)"
-            )
+            raise _too_large()
         self.eps.append([])
         self.byte_edges.append([])
         self.call_edges.append([])
         return len(self.eps) - 1
+
+
+def _too_large() -> GrammarError:
+    return GrammarError(
+        f"grammar is too large to compile: more than {MAX_NFA_STATES} automaton states "
+        "(large bounded repetitions multiply; try smaller bounds)"
+    )
 
 
 def _paste_edges(nfa: NFA, edges: list, entry: int, delta: int) -> None:
@@ -72,10 +76,7 @@ def _paste_edges(nfa: NFA, edges: list, entry: int, delta: int) -> None:
     if entry != len(nfa.eps) - 1:
         raise AssertionError("a fragment is pasted right after its entry state")
     if len(nfa.eps) + len(edges) > MAX_NFA_STATES:
-        raise GrammarError(
-            f"grammar is too large to compile: more than {MAX_NFA_STATES} automaton states "
-            "(large bounded repetitions multiply; try smaller bounds)"
-        )
+        raise _too_large()
     del nfa.eps[entry], nfa.byte_edges[entry], nfa.call_edges[entry]
     shift = delta.__add__
     nfa.eps.extend([list(map(shift, eps)) for eps, _, _ in edges])
