@@ -1,4 +1,4 @@
-"""Build hook for the optional C trie walk (everything else is in pyproject.toml).
+"""Build hook for the optional C trie walk and determiniser (everything else is in pyproject.toml).
 
 ``optional=True``: on a machine without a C compiler the install still succeeds and the
 engine falls back to its numpy walk (slower cold masks, same answers).
@@ -9,10 +9,11 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "formcast.engine._trie_walk",
-            sources=["src/formcast/engine/_trie_walk.c"],
+            f"formcast.engine.{name}",
+            sources=[f"src/formcast/engine/{name}.c"],
             extra_compile_args=["-O2"],
             optional=True,
         )
+        for name in ("_trie_walk", "_determinise")
     ]
 )

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from formcast.engine.arrays import grown_rows
+from formcast.engine.determinise import make_determiniser
 from formcast.engine.nfa import NFA, build_nfa
 from formcast.errors import LeftRecursionError
 from formcast.grammar.ir import Grammar
@@ -28,25 +28,18 @@ class Automaton:
     first time something needs its transitions (``ensure``), so a schema with a
     ``maxLength: 400`` string costs nothing for the 399 positions a generation never reaches.
 
-    ``trans[q, b]`` is the state after byte ``b`` (-1: refused; valid once ``ensure(q)``);
-    ``calls[q]`` maps a call rule index to the state reached after that rule completes;
-    ``accepting_list[q]`` means the rule that owns ``q`` may end here.
+    Once ``ensure(q)`` ran: ``trans_rows[q][b]`` is the state after byte ``b`` (-1: refused),
+    ``row_segments[q]`` the same row as ``(lo, hi excl., target)`` runs; ``calls[q]`` maps a call rule index to the state reached after that rule completes;
+    ``accepting_list[q]`` means the rule that owns ``q`` may end here. States are made by a
+    determiniser (``engine.determinise``: in C when the extension is built).
     """
 
     def __init__(self, nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[str],
-                 live: list[bool], start_rule: str) -> None:
+                 live: list[bool], start_rule: str, *, native: bool | None = None) -> None:
         self._nfa = nfa
-        self._fragments = fragments
-        self._ends = [fragments[name][1] for name in order]
-        self._live = live
         self._rule_index = {name: i for i, name in enumerate(order)}
-        self._eps_memo: dict[int, frozenset[int]] = {}
-        self._important_memo: dict[int, frozenset[int]] = {}
         self._shape_memo: dict[int, tuple[tuple, int] | None] = {}
-        self._ids: dict[tuple[int, frozenset[int]], int] = {}
-        self._sets: list[tuple[int, frozenset[int]]] = []
         self.rule_names = order
-        self.trans = np.full((256, 256), -1, dtype=np.int32)
         self.trans_rows: list[list[int] | None] = []
         self.row_targets: list[list[int] | None] = []  # distinct successors of each built row
         self.row_segments: list[list[tuple[int, int, int]] | None] = []  # (lo, hi excl., target)
@@ -56,16 +49,23 @@ class Automaton:
         self.root = self._rule_index[start_rule]
         self.compile_seconds = 0.0
         self.nfa_states = len(nfa.eps)
-        self.rule_start = []
-        for name in order:
-            start, end = fragments[name]
-            states = self._important(self._closure(start), end) if live[start] else frozenset()
-            self.rule_start.append(self._intern(self._rule_index[name], states))
+        call_rule = {name: i for i, name in enumerate(order) if live[fragments[name][0]]}
+        self._core = make_determiniser(
+            nfa, live, call_rule, [fragments[name][1] for name in order],
+            {"trans_rows": self.trans_rows, "row_targets": self.row_targets,
+             "row_segments": self.row_segments, "calls": self.calls,
+             "accepting": self.accepting_list, "has_bytes": self.has_bytes}, native=native)
+        self.rule_start = [self._core.intern_start(i, fragments[name][0])
+                           for i, name in enumerate(order)]
 
     @property
     def n_states(self) -> int:
         """States built so far."""
-        return len(self._sets)
+        return self._core.n_states
+
+    def state_key(self, q: int) -> tuple[int, frozenset[int]]:
+        """``(rule index, NFA states)`` of DFA state ``q``."""
+        return self._core.state(q)
 
     @property
     def accepting(self) -> np.ndarray:
@@ -93,7 +93,7 @@ class Automaton:
         return got
 
     def _copy_shape(self, q: int) -> tuple[tuple, int] | None:
-        rule, states = self._sets[q]
+        rule, states = self._core.state(q)
         copy_of = self._nfa.copy_of
         own: dict[object, list[tuple[int, int]]] = {}
         outside: list[int] = []
@@ -142,142 +142,20 @@ class Automaton:
 
     def ensure(self, q: int) -> None:
         """Build the transitions of state ``q`` if they are not built yet."""
-        if self.trans_rows[q] is not None:
-            return
-        nfa = self._nfa
-        live = self._live
-        rule, states = self._sets[q]
-        end = self._ends[rule]
-        byte_edges = nfa.byte_edges
-        edges = [edge for x in states for edge in byte_edges[x] if live[edge[2]]]
-        row = [-1] * 256
-        targets: list[int] = []
-        segments: list[tuple[int, int, int]] = []
-        if len(edges) == 1:
-            lo, hi, t = edges[0]
-            target = self._intern(rule, self._important_closure(t, end))
-            row[lo:hi + 1] = [target] * (hi + 1 - lo)
-            targets.append(target)
-            segments.append((lo, hi + 1, target))
-        elif edges:
-            # Sweep the byte axis: between consecutive edge bounds the set of covering edges
-            # is constant, and so is the successor; the set changes only where an edge starts
-            # or stops, so it is updated there instead of rescanning every edge.
-            starts: dict[int, list[int]] = {}
-            stops: dict[int, list[int]] = {}
-            for lo, hi, t in edges:
-                starts.setdefault(lo, []).append(t)
-                stops.setdefault(hi + 1, []).append(t)
-            points = sorted(starts.keys() | stops.keys())
-            active: dict[int, int] = {}  # covering target -> how many edges lead there
-            by_targets: dict[frozenset[int], int] = {}
-            by_states: dict[frozenset[int], int] = {}
-            for a, b in zip(points, points[1:], strict=False):
-                for t in stops.get(a, ()):
-                    if active[t] == 1:
-                        del active[t]
-                    else:
-                        active[t] -= 1
-                for t in starts.get(a, ()):
-                    active[t] = active.get(t, 0) + 1
-                if not active:
-                    continue
-                covering = frozenset(active)
-                target = by_targets.get(covering)
-                if target is None:
-                    if len(covering) == 1:
-                        nxt = self._important_closure(next(iter(covering)), end)
-                    else:
-                        nxt = frozenset().union(*[self._important_closure(t, end)
-                                                  for t in covering])
-                    target = by_states.get(nxt)
-                    if target is None:
-                        target = by_states[nxt] = self._intern(rule, nxt)
-                        targets.append(target)
-                    by_targets[covering] = target
-                if segments and segments[-1][1] == a and segments[-1][2] == target:
-                    segments[-1] = (segments[-1][0], b, target)
-                else:
-                    segments.append((a, b, target))
-                row[a:b] = [target] * (b - a)
-        call_map: dict[int, set[int]] = {}
-        fragments = self._fragments
-        for x in states:
-            for name, t in nfa.call_edges[x]:
-                if live[t] and live[fragments[name][0]]:
-                    call_map.setdefault(self._rule_index[name], set()).update(self._closure(t))
-        self.calls[q] = tuple(sorted((cr, self._intern(rule, self._important(frozenset(ts), end)))
-                                     for cr, ts in call_map.items()))
-        self.trans_rows[q] = row
-        self.row_targets[q] = targets
-        self.row_segments[q] = segments
-        numpy_row = self.trans[q]  # still all -1: a few slice writes beat converting a list
-        for lo, hi, target in segments:
-            numpy_row[lo:hi] = target
-        self.has_bytes[q] = bool(edges)
+        if self.trans_rows[q] is None:
+            self._core.ensure(q)
 
-    def _important_closure(self, t: int, end: int) -> frozenset[int]:
-        """The states of ``t``'s closure that matter to a DFA state (memoised per ``t``: the
-        closure stays inside one rule's fragment, so ``end`` is always the same for ``t``)."""
-        got = self._important_memo.get(t)
-        if got is None:
-            got = self._important_memo[t] = self._important(self._closure(t), end)
-        return got
-
-    def _closure(self, s: int) -> frozenset[int]:
-        got = self._eps_memo.get(s)
-        if got is not None:
-            return got
-        live = self._live
-        nfa = self._nfa
-        lazy = nfa.lazy_exits
-        memo = self._eps_memo
-        seen = {s}
-        stack = [s]
-        while stack:
-            x = stack.pop()
-            following = nfa.eps[x]
-            if x in lazy:
-                record, done = lazy[x]
-                following = following + record.successors(done)
-            for y in following:
-                if live[y] and y not in seen:
-                    known = memo.get(y)
-                    if known is not None:  # already closed: take it whole
-                        seen |= known
-                    else:
-                        seen.add(y)
-                        stack.append(y)
-        result = frozenset(seen)
-        self._eps_memo[s] = result
-        return result
-
-    def _important(self, states: frozenset[int], end: int) -> frozenset[int]:
-        nfa = self._nfa
-        return frozenset(x for x in states if nfa.byte_edges[x] or nfa.call_edges[x] or x == end)
-
-    def _intern(self, rule: int, states: frozenset[int]) -> int:
-        key = (rule, states)
-        got = self._ids.get(key)
-        if got is not None:
-            return got
-        idx = len(self._sets)
-        self._ids[key] = idx
-        self._sets.append(key)
-        self.trans_rows.append(None)
-        self.row_targets.append(None)
-        self.row_segments.append(None)
-        self.calls.append(None)
-        self.accepting_list.append(self._ends[rule] in states)
-        self.has_bytes.append(False)
-        if idx >= self.trans.shape[0]:
-            self.trans = grown_rows(self.trans, -1)
-        return idx
+    def write_plain_row(self, q: int, table: np.ndarray, filled: np.ndarray,
+                        finishes: np.ndarray, sid: int) -> bool:
+        """Write built state ``q``'s row into parser-state row ``sid`` of ``table``, each target
+        ``t`` as the one-frame parser state ``2 * t``, and mark it filled; False (nothing
+        written) when ``q`` calls a rule."""
+        return self._core.write_plain_row(q, table, filled, finishes, sid)
 
     def build_all(self, limit: int = 1_000_000) -> None:
         """Build every reachable state (for tests and for inspecting a grammar's size)."""
         q = 0
-        while q < len(self._sets) and q < limit:
+        while q < self._core.n_states and q < limit:
             self.ensure(q)
             q += 1
 

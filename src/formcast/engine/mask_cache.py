@@ -148,7 +148,7 @@ def _fill_chain(dense: DenseStates, base: int, horizon: int, chain: np.ndarray,
 
 def _one_copy_apart(dense: DenseStates, first: int, second: int, horizon: int) -> bool:
     """Whether two one-frame parser states behave alike for ``horizon`` bytes."""
-    a, b = dense.states[first], dense.states[second]
+    a, b = dense.state(first), dense.state(second)
     if len(a) != 1 or len(b) != 1:
         return False
     (stack_a,), (stack_b,) = a, b

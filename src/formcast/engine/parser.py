@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from formcast.engine.arrays import grown_rows
+from formcast.engine.arrays import grown_rows, reserved_rows
 from formcast.engine.lexer import Automaton
 from formcast.errors import AmbiguousGrammarError
 
@@ -75,9 +75,8 @@ class Parser:
         return result
 
     def _refuse(self, stacks: set[Stack] | list[Stack]) -> None:
-        sets = self.auto._sets
-        names = self.auto.rule_names
-        rules = sorted({names[sets[st[-1]][0]] for st in stacks if st})
+        auto = self.auto
+        rules = sorted({auto.rule_names[auto.state_key(st[-1])[0]] for st in stacks if st})
         raise AmbiguousGrammarError(len(stacks), MAX_PARSE_STACKS, rules)
 
     def _is_final(self, q: int) -> bool:
@@ -181,10 +180,11 @@ class Parser:
 
     def allowed_bytes(self, state: State) -> list[int]:
         """Bytes that can come next."""
-        tops = [st[-1] for st in self.closed(state)]
-        if not tops:
-            return []
-        return np.nonzero((self.auto.trans[tops] >= 0).any(axis=0))[0].tolist()
+        rows = self._rows
+        allowed = set()
+        for st in self.closed(state):
+            allowed.update(b for b, t in enumerate(rows[st[-1]]) if t >= 0)
+        return sorted(allowed)
 
 
 class DenseStates:
@@ -192,51 +192,77 @@ class DenseStates:
 
     Rows are filled lazily (``ensure_rows``): a new state's 256 successors are grouped by the
     tuple of its stacks' DFA rows, so a state costs one closure per *distinct* successor.
-    ``finishes[i]`` (valid once the row is filled) marks states where the base frame can end: a token
-    walked from a one-frame state that passes such a point mid-token depends on the context.
+    ``finishes[i]`` (valid once the row is filled) marks states where the base frame can end:
+    a token walked from a one-frame state that passes such a point mid-token depends on the
+    context.
+
+    The state that is the single one-frame stack ``(q,)`` (every state of a non-recursive
+    grammar, every position inside a lexeme) is numbered ``2 * q`` without being interned,
+    and its row is the DFA row with every target doubled, written by the determiniser; other
+    states get odd numbers. The table is indexed by both.
     """
 
-    UNFILLED = -2
-
-    def __init__(self, parser: Parser, capacity: int = 1024) -> None:
+    def __init__(self, parser: Parser, capacity: int = 1 << 16) -> None:
         self.parser = parser
-        self.ids: dict[State, int] = {}
-        self.states: list[State] = []
-        self.table = np.full((capacity, 256), self.UNFILLED, dtype=np.int32)
+        self.ids: dict[State, int] = {}  # states other than one one-frame stack -> odd id
+        self._others: list[State] = []
+        # Reserved, not allocated: the OS commits the table's pages as rows are written, so a
+        # large capacity costs address space, not memory or time. Growing it instead copies
+        # megabytes inside one cold mask (1.5-3 ms each time in a JSON schema's first pass).
+        self.table = reserved_rows(capacity, 256)
         self.finishes = np.zeros(capacity, dtype=bool)
         self.filled = np.zeros(capacity, dtype=bool)
-        self._plain_lut = np.full(1024, -1, dtype=np.int32)  # DFA q + 1 -> id of {(q,)}
 
     def __len__(self) -> int:
-        return len(self.states)
+        """States numbered apart from the one-frame ones (those are bounded by the automaton)."""
+        return len(self._others)
+
+    def state(self, sid: int) -> State:
+        """The parser state numbered ``sid``."""
+        if sid % 2 == 0:
+            return frozenset(((sid // 2,),))
+        return self._others[sid // 2]
 
     def intern(self, state: State) -> int:
+        if len(state) == 1:
+            (stack,) = state
+            if len(stack) == 1:
+                sid = 2 * stack[0]
+                if sid >= self.table.shape[0]:
+                    self._fit(sid + 1)
+                return sid
         got = self.ids.get(state)
         if got is not None:
             return got
-        idx = len(self.states)
-        if idx >= self.table.shape[0]:
-            self.table = grown_rows(self.table, self.UNFILLED)
-            self.finishes = grown_rows(self.finishes, False)
-            self.filled = grown_rows(self.filled, False)
-        self.ids[state] = idx
-        self.states.append(state)
-        return idx
+        sid = 2 * len(self._others) + 1
+        if sid >= self.table.shape[0]:
+            self._fit(sid + 1)
+        self.ids[state] = sid
+        self._others.append(state)
+        return sid
 
-    def _fill_plain_row(self, sid: int, q: int) -> None:
-        """Row of a state that is the single one-frame stack ``(q,)``: every byte leads to the
-        one-frame stack of the DFA successor, so the row is the DFA row renumbered through
-        ``_plain_lut`` (DFA id + 1 -> dense id; slot 0 maps a refused byte to -1). The common
-        case: any non-recursive grammar, and inside every lexeme."""
+    def _fit(self, rows: int = 0) -> None:
+        """Make room for ``rows`` rows and for every state a filled row can lead to (the
+        C walk checks the ids it reads against the table's size)."""
+        need = max(rows, 2 * self.parser.auto.n_states + 2, 2 * len(self._others) + 2)
+        n = self.table.shape[0]
+        if need <= n:
+            return
+        size = max(2 * n, need)
+        table = reserved_rows(size, 256)
+        table[:n] = self.table
+        self.table = table
+        self.finishes = grown_rows(self.finishes, False, at_least=size)
+        self.filled = grown_rows(self.filled, False, at_least=size)
+
+    def _fill_plain_row(self, sid: int, q: int) -> bool:
+        """Row ``sid`` of a state whose closure is the single one-frame stack ``(q,)`` (False
+        when ``q`` calls a rule, whose closure is more than that): every byte leads to the
+        one-frame state of the DFA successor."""
         auto = self.parser.auto
-        lut = self._plain_lut
-        for t in auto.row_targets[q]:
-            if t + 1 >= lut.size:
-                self._plain_lut = lut = grown_rows(lut, -1, at_least=t + 2)
-            if lut[t + 1] < 0:
-                lut[t + 1] = self.intern(frozenset(((t,),)))
-        self.table[sid] = lut[auto.trans[q] + 1]
-        self.filled[sid] = True
+        auto.ensure(q)
+        self._fit()
+        return auto.write_plain_row(q, self.table, self.filled, self.finishes, sid)
 
     def ensure_rows(self, ids: np.ndarray) -> None:
         """Fill the transition rows of the given state ids that are not filled yet."""
@@ -246,17 +272,19 @@ class DenseStates:
         for sid in (pending.tolist() if pending.size == 1 else sorted(set(pending.tolist()))):
             if self.filled[sid]:
                 continue
-            stacks = self.parser.closed(self.states[sid])
-            accepting = self.parser.auto.accepting_list
-            self.finishes[sid] = any(len(st) == 1 and accepting[st[-1]] for st in stacks)
-            if len(stacks) == 1 and len(stacks[0]) == 1:
-                self._fill_plain_row(sid, stacks[0][0])
+            if sid % 2 == 0 and self._fill_plain_row(sid, sid // 2):
                 continue
+            stacks = self.parser.closed(self.state(sid))
+            accepting = self.parser.auto.accepting_list
+            if len(stacks) == 1 and len(stacks[0]) == 1 and self._fill_plain_row(sid, stacks[0][0]):
+                continue
+            self.finishes[sid] = any(len(st) == 1 and accepting[st[-1]] for st in stacks)
             if not stacks:
                 self.table[sid] = -1
                 self.filled[sid] = True
                 continue
             self._fill_row(sid, stacks)
+        self._fit()
 
     def _fill_row(self, sid: int, stacks: list[Stack]) -> None:
         """Row of a general state: byte ``b`` leads to the kernels ``below + (trans[top][b],)``

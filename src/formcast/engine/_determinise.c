@@ -1,0 +1,933 @@
+/* Lazy determinisation of the grammar's NFA, in C: the state building of a cold mask.
+ *
+ * engine/determinise.py holds the same algorithm in Python (the fallback, and the reference a
+ * differential test compares this module with). Both number DFA states in the same order, so
+ * an automaton built by either is the same table.
+ *
+ * The NFA stays in the Python lists the builder made (eps, byte_edges, call_edges, live, and
+ * lazy_exits for repetition copies pasted on demand); this module reads them in place, because
+ * pasting a copy grows them while a closure is being computed. What it keeps itself:
+ *   - per NFA state, its epsilon closure and the "important" part of it (states with a byte
+ *     or call edge, or the rule's end), as sorted int arrays;
+ *   - every DFA state's (rule, sorted NFA set), interned in an open-addressing hash table.
+ * What it writes back is what the rest of the engine reads: the Automaton's per-state lists
+ * (trans_rows, row_targets, row_segments, calls, accepting_list, has_bytes).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int32_t *v;
+    Py_ssize_t n; /* -1: not computed */
+} IntSet;
+
+typedef struct {
+    int32_t *v;
+    Py_ssize_t n, cap;
+} IntVec;
+
+static int vec_push(IntVec *vec, int32_t x) {
+    if (vec->n == vec->cap) {
+        Py_ssize_t cap = vec->cap ? vec->cap * 2 : 32;
+        int32_t *more = realloc(vec->v, sizeof(int32_t) * (size_t)cap);
+        if (!more) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        vec->v = more;
+        vec->cap = cap;
+    }
+    vec->v[vec->n++] = x;
+    return 0;
+}
+
+static int cmp_int32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    PyObject_HEAD
+    /* the NFA, read in place */
+    PyObject *eps, *byte_edges, *call_edges, *live, *lazy_exits, *call_rule;
+    /* the Automaton's per-state lists, appended to when a state is interned */
+    PyObject *trans_rows, *row_targets, *row_segments, *calls, *accepting, *has_bytes;
+    int32_t *ends;
+    Py_ssize_t n_rules;
+    /* per NFA state */
+    IntSet *closure, *important;
+    uint32_t *mark;
+    uint32_t gen;
+    Py_ssize_t nfa_cap;
+    /* DFA states */
+    int32_t *st_rule;
+    Py_ssize_t *st_off, *st_len;
+    uint64_t *st_hash;
+    Py_ssize_t n_states, st_cap;
+    int32_t *pool;
+    Py_ssize_t pool_n, pool_cap;
+    int32_t *slots; /* hash table of state ids, -1 empty */
+    Py_ssize_t n_slots;
+} Core;
+
+static void free_sets(IntSet *sets, Py_ssize_t n) {
+    if (!sets) return;
+    for (Py_ssize_t i = 0; i < n; i++) free(sets[i].v);
+    free(sets);
+}
+
+static void core_dealloc(Core *c) {
+    Py_XDECREF(c->eps);
+    Py_XDECREF(c->byte_edges);
+    Py_XDECREF(c->call_edges);
+    Py_XDECREF(c->live);
+    Py_XDECREF(c->lazy_exits);
+    Py_XDECREF(c->call_rule);
+    Py_XDECREF(c->trans_rows);
+    Py_XDECREF(c->row_targets);
+    Py_XDECREF(c->row_segments);
+    Py_XDECREF(c->calls);
+    Py_XDECREF(c->accepting);
+    Py_XDECREF(c->has_bytes);
+    free(c->ends);
+    free_sets(c->closure, c->nfa_cap);
+    free_sets(c->important, c->nfa_cap);
+    free(c->mark);
+    free(c->st_rule);
+    free(c->st_off);
+    free(c->st_len);
+    free(c->st_hash);
+    free(c->pool);
+    free(c->slots);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+/* Items of a list or tuple (borrowed; NULL for an empty list), or -1 with TypeError. */
+static int items_of(PyObject *seq, PyObject ***items, Py_ssize_t *n, const char *what) {
+    if (PyList_Check(seq)) {
+        *n = PyList_GET_SIZE(seq);
+        *items = ((PyListObject *)seq)->ob_item;
+        return 0;
+    }
+    if (PyTuple_Check(seq)) {
+        *n = PyTuple_GET_SIZE(seq);
+        *items = ((PyTupleObject *)seq)->ob_item;
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "determinise: %s must be a list or tuple", what);
+    return -1;
+}
+
+/* The NFA list entry of state x (borrowed), or NULL with IndexError. */
+static PyObject *nfa_item(PyObject *list, Py_ssize_t x) {
+    if (x < 0 || x >= PyList_GET_SIZE(list)) {
+        PyErr_Format(PyExc_IndexError, "determinise: NFA state %zd out of range", x);
+        return NULL;
+    }
+    return PyList_GET_ITEM(list, x);
+}
+
+static int as_int32(PyObject *obj, int32_t *out) {
+    long v = PyLong_AsLong(obj);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    *out = (int32_t)v;
+    return 0;
+}
+
+/* Grow the per-NFA-state arrays to cover the NFA's current size. */
+static int fit_nfa(Core *c) {
+    Py_ssize_t need = PyList_GET_SIZE(c->eps);
+    if (need <= c->nfa_cap) return 0;
+    Py_ssize_t cap = c->nfa_cap ? c->nfa_cap : 1024;
+    while (cap < need) cap *= 2;
+    IntSet *clo = realloc(c->closure, sizeof(IntSet) * (size_t)cap);
+    if (!clo) return PyErr_NoMemory(), -1;
+    c->closure = clo;
+    IntSet *imp = realloc(c->important, sizeof(IntSet) * (size_t)cap);
+    if (!imp) return PyErr_NoMemory(), -1;
+    c->important = imp;
+    uint32_t *mark = realloc(c->mark, sizeof(uint32_t) * (size_t)cap);
+    if (!mark) return PyErr_NoMemory(), -1;
+    c->mark = mark;
+    for (Py_ssize_t i = c->nfa_cap; i < cap; i++) {
+        c->closure[i].v = c->important[i].v = NULL;
+        c->closure[i].n = c->important[i].n = -1;
+        c->mark[i] = 0;
+    }
+    c->nfa_cap = cap;
+    return 0;
+}
+
+/* A fresh marking generation (marks of older generations read as unmarked). */
+static void next_gen(Core *c) {
+    if (++c->gen == 0) {
+        memset(c->mark, 0, sizeof(uint32_t) * (size_t)c->nfa_cap);
+        c->gen = 1;
+    }
+}
+
+static int is_live(Core *c, Py_ssize_t y, int *out) {
+    PyObject *flag = nfa_item(c->live, y);
+    if (!flag) return -1;
+    *out = PyObject_IsTrue(flag);
+    return *out < 0 ? -1 : 0;
+}
+
+/* States a lazily copied repetition continues with after exit state x (new reference, a
+ * list), or Py_None when x is no such exit. Pasting a copy grows the NFA lists. */
+static PyObject *lazy_successors(Core *c, int32_t x) {
+    if (PyDict_GET_SIZE(c->lazy_exits) == 0) Py_RETURN_NONE;
+    PyObject *key = PyLong_FromLong(x);
+    if (!key) return NULL;
+    PyObject *entry = PyDict_GetItemWithError(c->lazy_exits, key);
+    Py_DECREF(key);
+    if (!entry) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+        PyErr_SetString(PyExc_TypeError, "determinise: lazy_exits values are (record, done)");
+        return NULL;
+    }
+    return PyObject_CallMethod(PyTuple_GET_ITEM(entry, 0), "successors", "O",
+                               PyTuple_GET_ITEM(entry, 1));
+}
+
+/* Epsilon closure of NFA state s through live states (memoised; the result stays valid when
+ * the per-state arrays move, since each set is its own allocation). */
+static int closure_of(Core *c, int32_t s, IntSet *out) {
+    if (fit_nfa(c) < 0) return -1;
+    if (s < 0 || s >= c->nfa_cap) {
+        PyErr_Format(PyExc_IndexError, "determinise: NFA state %d out of range", s);
+        return -1;
+    }
+    if (c->closure[s].n >= 0) {
+        *out = c->closure[s];
+        return 0;
+    }
+    IntVec seen = {0}, stack = {0};
+    next_gen(c);
+    uint32_t gen = c->gen;
+    c->mark[s] = gen;
+    if (vec_push(&seen, s) < 0 || vec_push(&stack, s) < 0) goto fail;
+    while (stack.n) {
+        int32_t x = stack.v[--stack.n];
+        PyObject *eps = nfa_item(c->eps, x);
+        if (!eps) goto fail;
+        PyObject *more = lazy_successors(c, x);
+        if (!more) goto fail;
+        if (fit_nfa(c) < 0) {
+            Py_DECREF(more);
+            goto fail;
+        }
+        /* fit_nfa may have reset marks only by growing; the generation is unchanged. */
+        for (int part = 0; part < 2; part++) {
+            PyObject *seq = part == 0 ? eps : more;
+            if (seq == Py_None) continue;
+            Py_ssize_t n;
+            PyObject **items;
+            if (items_of(seq, &items, &n, "epsilon edges") < 0) {
+                Py_DECREF(more);
+                goto fail;
+            }
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int32_t y;
+                int alive;
+                if (as_int32(items[i], &y) < 0 || is_live(c, y, &alive) < 0) {
+                    Py_DECREF(more);
+                    goto fail;
+                }
+                if (!alive || c->mark[y] == gen) continue;
+                IntSet known = c->closure[y];
+                if (known.n >= 0) { /* already closed: take it whole */
+                    for (Py_ssize_t k = 0; k < known.n; k++) {
+                        int32_t z = known.v[k];
+                        if (c->mark[z] != gen) {
+                            c->mark[z] = gen;
+                            if (vec_push(&seen, z) < 0) {
+                                Py_DECREF(more);
+                                goto fail;
+                            }
+                        }
+                    }
+                } else {
+                    c->mark[y] = gen;
+                    if (vec_push(&seen, y) < 0 || vec_push(&stack, y) < 0) {
+                        Py_DECREF(more);
+                        goto fail;
+                    }
+                }
+            }
+        }
+        Py_DECREF(more);
+    }
+    free(stack.v);
+    qsort(seen.v, (size_t)seen.n, sizeof(int32_t), cmp_int32);
+    c->closure[s].v = seen.v;
+    c->closure[s].n = seen.n;
+    *out = c->closure[s];
+    return 0;
+fail:
+    free(seen.v);
+    free(stack.v);
+    return -1;
+}
+
+/* Whether NFA state x matters to a DFA state: it has a byte or call edge, or ends the rule. */
+static int is_important(Core *c, int32_t x, int32_t end) {
+    if (x == end) return 1;
+    PyObject *be = nfa_item(c->byte_edges, x);
+    if (!be) return -1;
+    Py_ssize_t n;
+    PyObject **items;
+    if (items_of(be, &items, &n, "byte edges") < 0) return -1;
+    if (n) return 1;
+    PyObject *ce = nfa_item(c->call_edges, x);
+    if (!ce) return -1;
+    if (items_of(ce, &items, &n, "call edges") < 0) return -1;
+    return n > 0;
+}
+
+/* The important part of a sorted set, into out (sorted). */
+static int important_part(Core *c, const int32_t *v, Py_ssize_t n, int32_t end, IntVec *out) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int keep = is_important(c, v[i], end);
+        if (keep < 0) return -1;
+        if (keep && vec_push(out, v[i]) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Important part of t's closure (memoised per t: a closure stays inside one rule, so end is
+ * always the same for t). */
+static int important_closure(Core *c, int32_t t, int32_t end, IntSet *out) {
+    IntSet clo;
+    if (closure_of(c, t, &clo) < 0) return -1;
+    if (c->important[t].n >= 0) {
+        *out = c->important[t];
+        return 0;
+    }
+    IntVec kept = {0};
+    if (important_part(c, clo.v, clo.n, end, &kept) < 0) {
+        free(kept.v);
+        return -1;
+    }
+    c->important[t].v = kept.v;
+    c->important[t].n = kept.n;
+    *out = c->important[t];
+    return 0;
+}
+
+static uint64_t hash_set(int32_t rule, const int32_t *v, Py_ssize_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)(uint32_t)rule;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        h ^= (uint64_t)(uint32_t)v[i];
+        h *= 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 29;
+    }
+    return h ^ (uint64_t)n;
+}
+
+static int rehash(Core *c, Py_ssize_t n_slots) {
+    int32_t *slots = malloc(sizeof(int32_t) * (size_t)n_slots);
+    if (!slots) return PyErr_NoMemory(), -1;
+    for (Py_ssize_t i = 0; i < n_slots; i++) slots[i] = -1;
+    for (Py_ssize_t q = 0; q < c->n_states; q++) {
+        Py_ssize_t at = (Py_ssize_t)(c->st_hash[q] & (uint64_t)(n_slots - 1));
+        while (slots[at] >= 0) at = (at + 1) & (n_slots - 1);
+        slots[at] = (int32_t)q;
+    }
+    free(c->slots);
+    c->slots = slots;
+    c->n_slots = n_slots;
+    return 0;
+}
+
+static int append_none(PyObject *list) { return PyList_Append(list, Py_None); }
+
+/* The id of DFA state (rule, v) (sorted, distinct), made if new. */
+static int32_t intern(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n) {
+    uint64_t h = hash_set(rule, v, n);
+    Py_ssize_t at = (Py_ssize_t)(h & (uint64_t)(c->n_slots - 1));
+    for (; c->slots[at] >= 0; at = (at + 1) & (c->n_slots - 1)) {
+        int32_t q = c->slots[at];
+        if (c->st_hash[q] == h && c->st_rule[q] == rule && c->st_len[q] == n &&
+            memcmp(c->pool + c->st_off[q], v, sizeof(int32_t) * (size_t)n) == 0)
+            return q;
+    }
+    if (c->n_states >= INT32_MAX - 1) {
+        PyErr_SetString(PyExc_OverflowError, "determinise: too many DFA states");
+        return -1;
+    }
+    if (c->n_states == c->st_cap) {
+        Py_ssize_t cap = c->st_cap * 2;
+        int32_t *rule_ = realloc(c->st_rule, sizeof(int32_t) * (size_t)cap);
+        if (rule_) c->st_rule = rule_;
+        Py_ssize_t *off = realloc(c->st_off, sizeof(Py_ssize_t) * (size_t)cap);
+        if (off) c->st_off = off;
+        Py_ssize_t *len = realloc(c->st_len, sizeof(Py_ssize_t) * (size_t)cap);
+        if (len) c->st_len = len;
+        uint64_t *hash = realloc(c->st_hash, sizeof(uint64_t) * (size_t)cap);
+        if (hash) c->st_hash = hash;
+        if (!rule_ || !off || !len || !hash) return PyErr_NoMemory(), -1;
+        c->st_cap = cap;
+    }
+    if (c->pool_n + n > c->pool_cap) {
+        Py_ssize_t cap = c->pool_cap * 2;
+        while (cap < c->pool_n + n) cap *= 2;
+        int32_t *pool = realloc(c->pool, sizeof(int32_t) * (size_t)cap);
+        if (!pool) return PyErr_NoMemory(), -1;
+        c->pool = pool;
+        c->pool_cap = cap;
+    }
+    int accepting = 0;
+    int32_t end = c->ends[rule];
+    Py_ssize_t a = 0, b = n; /* binary search for the rule's end */
+    while (a < b) {
+        Py_ssize_t mid = a + (b - a) / 2;
+        if (v[mid] < end) a = mid + 1;
+        else b = mid;
+    }
+    accepting = a < n && v[a] == end;
+    if (append_none(c->trans_rows) < 0 || append_none(c->row_targets) < 0 ||
+        append_none(c->row_segments) < 0 || append_none(c->calls) < 0 ||
+        PyList_Append(c->accepting, accepting ? Py_True : Py_False) < 0 ||
+        PyList_Append(c->has_bytes, Py_False) < 0)
+        return -1;
+    int32_t q = (int32_t)c->n_states++;
+    memcpy(c->pool + c->pool_n, v, sizeof(int32_t) * (size_t)n);
+    c->st_rule[q] = rule;
+    c->st_off[q] = c->pool_n;
+    c->st_len[q] = n;
+    c->st_hash[q] = h;
+    c->pool_n += n;
+    c->slots[at] = q;
+    if (2 * c->n_states > c->n_slots && rehash(c, c->n_slots * 2) < 0) return -1;
+    return q;
+}
+
+/* Sorted union of sets, into out (uses the marks). */
+static int union_into(Core *c, IntVec *out) {
+    next_gen(c);
+    Py_ssize_t w = 0;
+    for (Py_ssize_t i = 0; i < out->n; i++) {
+        int32_t x = out->v[i];
+        if (c->mark[x] != c->gen) {
+            c->mark[x] = c->gen;
+            out->v[w++] = x;
+        }
+    }
+    out->n = w;
+    qsort(out->v, (size_t)w, sizeof(int32_t), cmp_int32);
+    return 0;
+}
+
+static int core_init(Core *c, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"eps", "byte_edges", "call_edges", "live", "lazy_exits", "call_rule",
+                         "ends", "trans_rows", "row_targets", "row_segments", "calls",
+                         "accepting", "has_bytes", NULL};
+    PyObject *o[13], *ends;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!O!O!OO!O!O!O!O!O!", kw, &PyList_Type,
+                                     &o[0], &PyList_Type, &o[1], &PyList_Type, &o[2],
+                                     &PyList_Type, &o[3], &PyDict_Type, &o[4], &PyDict_Type,
+                                     &o[5], &ends, &PyList_Type, &o[7], &PyList_Type, &o[8],
+                                     &PyList_Type, &o[9], &PyList_Type, &o[10], &PyList_Type,
+                                     &o[11], &PyList_Type, &o[12]))
+        return -1;
+    if (c->slots) {
+        PyErr_SetString(PyExc_RuntimeError, "determinise: Core is initialised once");
+        return -1;
+    }
+    PyObject **fields[12] = {&c->eps, &c->byte_edges, &c->call_edges, &c->live, &c->lazy_exits,
+                             &c->call_rule, &c->trans_rows, &c->row_targets, &c->row_segments,
+                             &c->calls, &c->accepting, &c->has_bytes};
+    int src[12] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12};
+    for (int i = 0; i < 12; i++) {
+        Py_INCREF(o[src[i]]);
+        *fields[i] = o[src[i]];
+    }
+    Py_ssize_t n;
+    PyObject **items;
+    if (items_of(ends, &items, &n, "ends") < 0) return -1;
+    c->ends = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    if (!c->ends) return PyErr_NoMemory(), -1;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (as_int32(items[i], &c->ends[i]) < 0) return -1;
+    c->n_rules = n;
+    c->st_cap = 256;
+    c->st_rule = malloc(sizeof(int32_t) * 256);
+    c->st_off = malloc(sizeof(Py_ssize_t) * 256);
+    c->st_len = malloc(sizeof(Py_ssize_t) * 256);
+    c->st_hash = malloc(sizeof(uint64_t) * 256);
+    c->pool_cap = 4096;
+    c->pool = malloc(sizeof(int32_t) * 4096);
+    if (!c->st_rule || !c->st_off || !c->st_len || !c->st_hash || !c->pool)
+        return PyErr_NoMemory(), -1;
+    if (rehash(c, 1024) < 0) return -1;
+    return fit_nfa(c);
+}
+
+static int check_rule(Core *c, long rule) {
+    if (rule < 0 || rule >= c->n_rules) {
+        PyErr_Format(PyExc_IndexError, "determinise: rule %ld out of range", rule);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *core_intern_start(Core *c, PyObject *args) {
+    long rule, start;
+    int alive;
+    if (!PyArg_ParseTuple(args, "ll", &rule, &start) || check_rule(c, rule) < 0) return NULL;
+    if (is_live(c, start, &alive) < 0) return NULL;
+    IntVec kept = {0};
+    if (alive) {
+        IntSet clo;
+        if (closure_of(c, (int32_t)start, &clo) < 0 ||
+            important_part(c, clo.v, clo.n, c->ends[rule], &kept) < 0) {
+            free(kept.v);
+            return NULL;
+        }
+    }
+    int32_t q = intern(c, (int32_t)rule, kept.v, kept.n);
+    free(kept.v);
+    return q < 0 ? NULL : PyLong_FromLong(q);
+}
+
+typedef struct {
+    int32_t lo, hi, t;
+} Edge;
+
+/* Collect the live byte edges of the NFA states in v. */
+static int gather_edges(Core *c, const int32_t *v, Py_ssize_t n, Edge **out, Py_ssize_t *count) {
+    Py_ssize_t cap = 16, k = 0;
+    Edge *edges = malloc(sizeof(Edge) * (size_t)cap);
+    if (!edges) return PyErr_NoMemory(), -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *be = nfa_item(c->byte_edges, v[i]);
+        Py_ssize_t m;
+        PyObject **items;
+        if (!be || items_of(be, &items, &m, "byte edges") < 0) goto fail;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *e = items[j];
+            if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3) {
+                PyErr_SetString(PyExc_TypeError, "determinise: byte edges are (lo, hi, target)");
+                goto fail;
+            }
+            Edge edge;
+            int alive;
+            if (as_int32(PyTuple_GET_ITEM(e, 0), &edge.lo) < 0 ||
+                as_int32(PyTuple_GET_ITEM(e, 1), &edge.hi) < 0 ||
+                as_int32(PyTuple_GET_ITEM(e, 2), &edge.t) < 0 || is_live(c, edge.t, &alive) < 0)
+                goto fail;
+            if (!alive) continue;
+            if (edge.lo < 0 || edge.hi > 255 || edge.lo > edge.hi) {
+                PyErr_SetString(PyExc_ValueError, "determinise: byte edge outside 0..255");
+                goto fail;
+            }
+            if (k == cap) {
+                cap *= 2;
+                Edge *more = realloc(edges, sizeof(Edge) * (size_t)cap);
+                if (!more) {
+                    PyErr_NoMemory();
+                    goto fail;
+                }
+                edges = more;
+            }
+            edges[k++] = edge;
+        }
+    }
+    *out = edges;
+    *count = k;
+    return 0;
+fail:
+    free(edges);
+    return -1;
+}
+
+typedef struct {
+    Py_ssize_t off, n; /* a covering target set in the row's scratch pool */
+    int32_t target;
+} Cover;
+
+/* Build the byte row of DFA state q: row[256], distinct targets, segments. */
+static int build_row(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n, int32_t *row,
+                     IntVec *targets, IntVec *segs, int *has_bytes) {
+    Edge *edges = NULL;
+    Py_ssize_t n_edges = 0;
+    if (gather_edges(c, v, n, &edges, &n_edges) < 0) return -1;
+    for (int b = 0; b < 256; b++) row[b] = -1;
+    *has_bytes = n_edges > 0;
+    if (!n_edges) {
+        free(edges);
+        return 0;
+    }
+    int32_t end = c->ends[rule];
+    unsigned char bound[257] = {0};
+    for (Py_ssize_t i = 0; i < n_edges; i++) bound[edges[i].lo] = bound[edges[i].hi + 1] = 1;
+    IntVec scratch = {0}, cover = {0}, next = {0};
+    Cover covers[257];
+    int n_covers = 0, rc = -1;
+    int a = -1;
+    for (int p = 0; p <= 256; p++) {
+        if (!bound[p]) continue;
+        if (a >= 0) {
+            int b = p; /* piece [a, b): the covering edges are constant on it */
+            cover.n = 0;
+            for (Py_ssize_t i = 0; i < n_edges; i++)
+                if (edges[i].lo <= a && a <= edges[i].hi && vec_push(&cover, edges[i].t) < 0)
+                    goto done;
+            if (cover.n) {
+                if (union_into(c, &cover) < 0) goto done;
+                int32_t target = -1;
+                for (int k = 0; k < n_covers && target < 0; k++)
+                    if (covers[k].n == cover.n &&
+                        memcmp(scratch.v + covers[k].off, cover.v,
+                               sizeof(int32_t) * (size_t)cover.n) == 0)
+                        target = covers[k].target;
+                if (target < 0) {
+                    next.n = 0;
+                    for (Py_ssize_t i = 0; i < cover.n; i++) {
+                        IntSet imp;
+                        if (important_closure(c, cover.v[i], end, &imp) < 0) goto done;
+                        for (Py_ssize_t k = 0; k < imp.n; k++)
+                            if (vec_push(&next, imp.v[k]) < 0) goto done;
+                    }
+                    if (cover.n > 1 && union_into(c, &next) < 0) goto done;
+                    target = intern(c, rule, next.v, next.n);
+                    if (target < 0) goto done;
+                    int seen = 0;
+                    for (Py_ssize_t k = 0; k < targets->n && !seen; k++)
+                        seen = targets->v[k] == target;
+                    if (!seen && vec_push(targets, target) < 0) goto done;
+                    covers[n_covers].off = scratch.n;
+                    covers[n_covers].n = cover.n;
+                    covers[n_covers].target = target;
+                    n_covers++;
+                    for (Py_ssize_t i = 0; i < cover.n; i++)
+                        if (vec_push(&scratch, cover.v[i]) < 0) goto done;
+                }
+                if (segs->n && segs->v[segs->n - 2] == a && segs->v[segs->n - 1] == target) {
+                    segs->v[segs->n - 2] = b;
+                } else if (vec_push(segs, a) < 0 || vec_push(segs, b) < 0 ||
+                           vec_push(segs, target) < 0) {
+                    goto done;
+                }
+                for (int x = a; x < b; x++) row[x] = target;
+            }
+        }
+        a = p;
+    }
+    rc = 0;
+done:
+    free(edges);
+    free(scratch.v);
+    free(cover.v);
+    free(next.v);
+    return rc;
+}
+
+/* Call edges of the NFA states in v: a tuple of (called rule, return state), by rule. */
+static PyObject *build_calls(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n) {
+    IntVec pairs = {0}; /* (called rule, target) */
+    IntVec set = {0}, kept = {0};
+    PyObject *result = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ce = nfa_item(c->call_edges, v[i]);
+        Py_ssize_t m;
+        PyObject **items;
+        if (!ce || items_of(ce, &items, &m, "call edges") < 0) goto done;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *e = items[j];
+            if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) {
+                PyErr_SetString(PyExc_TypeError, "determinise: call edges are (name, target)");
+                goto done;
+            }
+            int32_t t, called;
+            int alive;
+            if (as_int32(PyTuple_GET_ITEM(e, 1), &t) < 0 || is_live(c, t, &alive) < 0)
+                goto done;
+            if (!alive) continue;
+            PyObject *ri = PyDict_GetItemWithError(c->call_rule, PyTuple_GET_ITEM(e, 0));
+            if (!ri) {
+                if (PyErr_Occurred()) goto done;
+                continue; /* a rule that matches nothing */
+            }
+            if (as_int32(ri, &called) < 0) goto done;
+            if (vec_push(&pairs, called) < 0 || vec_push(&pairs, t) < 0) goto done;
+            /* Closed here, in edge order: a closure may paste repetition copies, which
+             * number NFA states in the order the reference determiniser meets them. */
+            IntSet clo;
+            if (closure_of(c, t, &clo) < 0) goto done;
+        }
+    }
+    /* Rules in ascending order, each once: the order the Python reference interns in. */
+    IntVec rules = {0};
+    for (Py_ssize_t i = 0; i < pairs.n; i += 2)
+        if (vec_push(&rules, pairs.v[i]) < 0) {
+            free(rules.v);
+            goto done;
+        }
+    if (rules.n) union_into(c, &rules);
+    result = PyTuple_New(rules.n);
+    if (!result) {
+        free(rules.v);
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < rules.n; r++) {
+        set.n = 0;
+        for (Py_ssize_t i = 0; i < pairs.n; i += 2) {
+            if (pairs.v[i] != rules.v[r]) continue;
+            IntSet clo;
+            if (closure_of(c, pairs.v[i + 1], &clo) < 0) goto fail_rules;
+            for (Py_ssize_t k = 0; k < clo.n; k++)
+                if (vec_push(&set, clo.v[k]) < 0) goto fail_rules;
+        }
+        union_into(c, &set);
+        kept.n = 0;
+        if (important_part(c, set.v, set.n, c->ends[rule], &kept) < 0) goto fail_rules;
+        int32_t q = intern(c, rule, kept.v, kept.n);
+        if (q < 0) goto fail_rules;
+        PyObject *pair = Py_BuildValue("(ii)", rules.v[r], q);
+        if (!pair) goto fail_rules;
+        PyTuple_SET_ITEM(result, r, pair);
+    }
+    free(rules.v);
+    goto done;
+fail_rules:
+    free(rules.v);
+    Py_CLEAR(result);
+done:
+    free(pairs.v);
+    free(set.v);
+    free(kept.v);
+    return result;
+}
+
+static PyObject *int_list(const int32_t *v, Py_ssize_t n) {
+    PyObject *list = PyList_New(n);
+    if (!list) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyLong_FromLong(v[i]);
+        if (!x) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, x);
+    }
+    return list;
+}
+
+/* ensure(q): build DFA state q's transitions into the Automaton's lists. */
+static PyObject *core_ensure(Core *c, PyObject *args) {
+    long q;
+    if (!PyArg_ParseTuple(args, "l", &q)) return NULL;
+    if (q < 0 || q >= c->n_states) {
+        PyErr_Format(PyExc_IndexError, "determinise: DFA state %ld out of range", q);
+        return NULL;
+    }
+    if (PyList_GET_ITEM(c->trans_rows, q) != Py_None) Py_RETURN_NONE;
+    int32_t rule = c->st_rule[q];
+    Py_ssize_t n = c->st_len[q];
+    /* a copy: interning new states may move the pool */
+    int32_t *v = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    if (!v) return PyErr_NoMemory();
+    memcpy(v, c->pool + c->st_off[q], sizeof(int32_t) * (size_t)n);
+    int32_t row[256];
+    IntVec targets = {0}, segs = {0};
+    int has_bytes = 0;
+    PyObject *calls = NULL, *row_list = NULL, *target_list = NULL, *seg_list = NULL;
+    PyObject *result = NULL;
+    if (build_row(c, rule, v, n, row, &targets, &segs, &has_bytes) < 0) goto done;
+    calls = build_calls(c, rule, v, n);
+    if (!calls) goto done;
+    row_list = PyList_New(256);
+    if (!row_list) goto done;
+    PyObject *cell = NULL;
+    int32_t cell_value = 0;
+    for (int b = 0; b < 256; b++) { /* one int object per run of equal targets */
+        if (!cell || row[b] != cell_value) {
+            cell = PyLong_FromLong(row[b]);
+            if (!cell) goto done;
+            cell_value = row[b];
+        } else {
+            Py_INCREF(cell);
+        }
+        PyList_SET_ITEM(row_list, b, cell);
+    }
+    target_list = int_list(targets.v, targets.n);
+    if (!target_list) goto done;
+    seg_list = PyList_New(segs.n / 3);
+    if (!seg_list) goto done;
+    for (Py_ssize_t i = 0; i < segs.n / 3; i++) {
+        PyObject *seg = Py_BuildValue("(iii)", segs.v[3 * i], segs.v[3 * i + 1], segs.v[3 * i + 2]);
+        if (!seg) goto done;
+        PyList_SET_ITEM(seg_list, i, seg);
+    }
+    /* trans_rows last: a row there marks the state as built */
+    if (PyList_SetItem(c->calls, q, calls) < 0) {
+        calls = NULL;
+        goto done;
+    }
+    calls = NULL;
+    Py_INCREF(has_bytes ? Py_True : Py_False);
+    if (PyList_SetItem(c->has_bytes, q, has_bytes ? Py_True : Py_False) < 0) goto done;
+    if (PyList_SetItem(c->row_targets, q, target_list) < 0) {
+        target_list = NULL;
+        goto done;
+    }
+    target_list = NULL;
+    if (PyList_SetItem(c->row_segments, q, seg_list) < 0) {
+        seg_list = NULL;
+        goto done;
+    }
+    seg_list = NULL;
+    if (PyList_SetItem(c->trans_rows, q, row_list) < 0) {
+        row_list = NULL;
+        goto done;
+    }
+    row_list = NULL;
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    free(v);
+    free(targets.v);
+    free(segs.v);
+    Py_XDECREF(calls);
+    Py_XDECREF(row_list);
+    Py_XDECREF(target_list);
+    Py_XDECREF(seg_list);
+    return result;
+}
+
+/* write_plain_row(q, table, filled, finishes, sid): row sid of the parser-state table for the
+ * one-frame state of built DFA state q (each target t as parser state 2t); False when q calls
+ * a rule (its closure is more than one stack). */
+static PyObject *core_write_plain_row(Core *c, PyObject *args) {
+    long q, sid;
+    PyObject *table_obj, *filled_obj, *finishes_obj;
+    if (!PyArg_ParseTuple(args, "lOOOl", &q, &table_obj, &filled_obj, &finishes_obj, &sid))
+        return NULL;
+    if (q < 0 || q >= c->n_states || PyList_GET_ITEM(c->trans_rows, q) == Py_None) {
+        PyErr_Format(PyExc_ValueError, "determinise: DFA state %ld is not built", q);
+        return NULL;
+    }
+    PyObject *calls = PyList_GET_ITEM(c->calls, q);
+    if (!PyTuple_Check(calls) || PyTuple_GET_SIZE(calls) > 0) Py_RETURN_FALSE;
+    Py_ssize_t n_segs;
+    PyObject **segs;
+    if (items_of(PyList_GET_ITEM(c->row_segments, q), &segs, &n_segs, "row segments") < 0)
+        return NULL;
+    Py_buffer bufs[3];
+    PyObject *objs[3] = {table_obj, filled_obj, finishes_obj};
+    Py_ssize_t itemsizes[3] = {4, 1, 1};
+    int held = 0;
+    PyObject *result = NULL;
+    for (; held < 3; held++) {
+        if (PyObject_GetBuffer(objs[held], &bufs[held], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+            goto done;
+        if (bufs[held].itemsize != itemsizes[held]) {
+            held++;
+            PyErr_SetString(PyExc_TypeError, "write_plain_row: int32 table, bool flags");
+            goto done;
+        }
+    }
+    Py_ssize_t rows = bufs[0].len / (4 * 256);
+    if (sid < 0 || sid >= rows || bufs[1].len < rows || bufs[2].len < rows) {
+        PyErr_SetString(PyExc_IndexError, "write_plain_row: row out of range");
+        goto done;
+    }
+    int32_t *row = (int32_t *)bufs[0].buf + 256 * sid;
+    for (int b = 0; b < 256; b++) row[b] = -1;
+    for (Py_ssize_t i = 0; i < n_segs; i++) {
+        int32_t lo, hi, t;
+        PyObject *seg = segs[i];
+        if (!PyTuple_Check(seg) || PyTuple_GET_SIZE(seg) != 3 ||
+            as_int32(PyTuple_GET_ITEM(seg, 0), &lo) < 0 ||
+            as_int32(PyTuple_GET_ITEM(seg, 1), &hi) < 0 ||
+            as_int32(PyTuple_GET_ITEM(seg, 2), &t) < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "write_plain_row: segments are (lo, hi, t)");
+            goto done;
+        }
+        if (lo < 0 || hi > 256 || lo > hi || t < 0 || 2 * (Py_ssize_t)t >= rows) {
+            PyErr_SetString(PyExc_IndexError, "write_plain_row: segment out of range");
+            goto done;
+        }
+        for (int32_t b = lo; b < hi; b++) row[b] = 2 * t;
+    }
+    ((uint8_t *)bufs[2].buf)[sid] = PyList_GET_ITEM(c->accepting, q) == Py_True;
+    ((uint8_t *)bufs[1].buf)[sid] = 1;
+    result = Py_True;
+    Py_INCREF(result);
+done:
+    for (int i = 0; i < held && i < 3; i++) PyBuffer_Release(&bufs[i]);
+    return result;
+}
+
+static PyObject *core_state(Core *c, PyObject *args) {
+    long q;
+    if (!PyArg_ParseTuple(args, "l", &q)) return NULL;
+    if (q < 0 || q >= c->n_states) {
+        PyErr_Format(PyExc_IndexError, "determinise: DFA state %ld out of range", q);
+        return NULL;
+    }
+    PyObject *members = int_list(c->pool + c->st_off[q], c->st_len[q]);
+    if (!members) return NULL;
+    PyObject *set = PyFrozenSet_New(members);
+    Py_DECREF(members);
+    if (!set) return NULL;
+    return Py_BuildValue("(iN)", c->st_rule[q], set);
+}
+
+static PyObject *core_n_states(Core *c, void *closure) {
+    (void)closure;
+    return PyLong_FromSsize_t(c->n_states);
+}
+
+static PyMethodDef core_methods[] = {
+    {"intern_start", (PyCFunction)core_intern_start, METH_VARARGS,
+     "intern_start(rule, start) -> id of the DFA state at the start of a rule"},
+    {"ensure", (PyCFunction)core_ensure, METH_VARARGS,
+     "ensure(q): build state q's transitions (a no-op when built)"},
+    {"write_plain_row", (PyCFunction)core_write_plain_row, METH_VARARGS,
+     "write_plain_row(q, table, filled, finishes, sid) -> bool"},
+    {"state", (PyCFunction)core_state, METH_VARARGS,
+     "state(q) -> (rule index, frozenset of NFA states)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef core_getset[] = {
+    {"n_states", (getter)core_n_states, NULL, "DFA states made so far", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "formcast.engine._determinise.Core",
+    .tp_basicsize = sizeof(Core),
+    .tp_dealloc = (destructor)core_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Lazy determinisation of a grammar's NFA (see engine/determinise.py).",
+    .tp_methods = core_methods,
+    .tp_getset = core_getset,
+    .tp_init = (initproc)core_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_determinise",
+                                    "Lazy NFA determinisation for cold masks.", -1, NULL, NULL,
+                                    NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__determinise(void) {
+    if (PyType_Ready(&CoreType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&CoreType);
+    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
+        Py_DECREF(&CoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

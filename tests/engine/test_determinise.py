@@ -1,0 +1,116 @@
+"""The C determiniser (``_determinise.c``) against the Python one it replaces: same automaton.
+
+Both number DFA states in the same order, so the whole automaton they build must be equal
+state by state: NFA sets, byte rows, segments, rule calls, acceptance. Every other engine
+test runs on whichever determiniser is active (the C one when it is built); these compare
+the two directly, on random grammars and on the benchmark grammars, and keep the Python
+fallback honest for machines without a compiler.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from test_matcher_fuzz import fuzz_settings, grammars
+
+from formcast.engine import determinise
+from formcast.engine.lexer import Automaton
+from formcast.engine.nfa import build_nfa
+from formcast.errors import GrammarError
+from formcast.grammar.ir import Grammar
+
+needs_native = pytest.mark.skipif(determinise._determinise is None,
+                                  reason="the C determiniser is not built here")
+GRAMMARS = Path(__file__).resolve().parents[2] / "benchmarks" / "grammars"
+
+
+def _automaton(grammar: Grammar, native: bool, limit: int) -> Automaton:
+    nfa, fragments, order, live = build_nfa(grammar)
+    auto = Automaton(nfa, fragments, order, live, grammar.start, native=native)
+    auto.build_all(limit)
+    return auto
+
+
+def _assert_same_automaton(grammar: Grammar, limit: int = 1500) -> None:
+    py = _automaton(grammar, False, limit)
+    c = _automaton(grammar, True, limit)
+    assert type(c._core).__name__ == "Core"
+    assert py.n_states == c.n_states
+    assert py.rule_start == c.rule_start
+    for q in range(py.n_states):
+        assert py.state_key(q) == c.state_key(q), q
+    assert py.trans_rows == c.trans_rows
+    assert py.row_segments == c.row_segments
+    assert py.row_targets == c.row_targets
+    assert py.calls == c.calls
+    assert py.accepting_list == c.accepting_list
+    assert py.has_bytes == c.has_bytes
+
+
+def test_the_c_determiniser_is_built_by_the_install():
+    """`make test` installs with a compiler present: a silent fallback would triple the
+    state-building share of every cold mask."""
+    assert determinise._determinise is not None
+    assert determinise.native_determinise_enabled()
+
+
+def test_pure_python_switch_turns_the_c_determiniser_off(monkeypatch):
+    monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
+    assert not determinise.native_determinise_enabled()
+    grammar = Grammar.from_regex("[a-c]{2,40}")
+    nfa, fragments, order, live = build_nfa(grammar)
+    auto = Automaton(nfa, fragments, order, live, grammar.start)
+    assert isinstance(auto._core, determinise.PyDeterminiser)
+
+
+@needs_native
+@fuzz_settings(80)
+@given(grammar=grammars())
+def test_c_and_python_determinisers_agree_on_random_grammars(grammar):
+    try:
+        _assert_same_automaton(grammar, limit=400)
+    except GrammarError:
+        pass  # refused grammars (left recursion, size) are refused before determinising
+
+
+@needs_native
+@pytest.mark.parametrize("path", sorted(p for p in GRAMMARS.glob("*/*") if p.suffix in
+                                        (".gbnf", ".regex", ".json") and
+                                        "samples" not in p.name), ids=lambda p: p.name)
+def test_c_and_python_determinisers_agree_on_benchmark_grammars(path):
+    """Including lazily pasted repetition copies (``maxLength``, ``{0,20}`` indentation),
+    rule calls (json.gbnf) and UTF-8 classes: the first 1500 states, breadth first."""
+    text = path.read_text()
+    if path.suffix == ".gbnf":
+        grammar = Grammar.from_gbnf(text)
+    elif path.suffix == ".regex":
+        grammar = Grammar.from_regex(text.strip())
+    else:
+        grammar = Grammar.from_json_schema(json.loads(text), strict=False)
+    _assert_same_automaton(grammar)
+
+
+@needs_native
+@pytest.mark.parametrize("text", [
+    'root ::= "a" ("b" never | "c" | item)\nnever ::= "x" never\nitem ::= "[" (root | never) "]"',
+    'root ::= ("ab" never "c" | [a-z]{1,12} "!" | "x" ([0-9] never)? "y")\n'
+    'never ::= "(" never ")"',
+    'root ::= (item ",")* item\nitem ::= "k" | "n" never | "[" root "]"\n'
+    'never ::= never2 "z"\nnever2 ::= "q" never',
+])
+def test_c_and_python_determinisers_agree_where_states_are_dead(text):
+    """Rules that can never finish leave dead NFA states, which neither may step into."""
+    grammar = Grammar.from_gbnf(text)
+    assert not all(build_nfa(grammar)[3])
+    _assert_same_automaton(grammar)
+
+
+@needs_native
+def test_the_c_determiniser_refuses_a_state_it_does_not_have():
+    grammar = Grammar.from_regex("ab")
+    auto = _automaton(grammar, True, 0)
+    with pytest.raises(IndexError, match="DFA state 99 out of range"):
+        auto._core.ensure(99)
