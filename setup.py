@@ -11,6 +11,7 @@ setup(
         Extension(
             f"formcast.engine.{name}",
             sources=[f"src/formcast/engine/{name}.c"],
+            depends=["src/formcast/engine/_determinise_api.h"],
             extra_compile_args=["-O2"],
             optional=True,
         )

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_determinise_api.h"
+
 typedef struct {
     int32_t *v;
     Py_ssize_t n; /* -1: not computed */
@@ -721,26 +723,24 @@ static PyObject *int_list(const int32_t *v, Py_ssize_t n) {
     return list;
 }
 
-/* ensure(q): build DFA state q's transitions into the Automaton's lists. */
-static PyObject *core_ensure(Core *c, PyObject *args) {
-    long q;
-    if (!PyArg_ParseTuple(args, "l", &q)) return NULL;
+/* Build DFA state q's transitions into the Automaton's lists (0, or -1 with an exception). */
+static int ensure_state(Core *c, long q) {
     if (q < 0 || q >= c->n_states) {
         PyErr_Format(PyExc_IndexError, "determinise: DFA state %ld out of range", q);
-        return NULL;
+        return -1;
     }
-    if (PyList_GET_ITEM(c->trans_rows, q) != Py_None) Py_RETURN_NONE;
+    if (PyList_GET_ITEM(c->trans_rows, q) != Py_None) return 0;
     int32_t rule = c->st_rule[q];
     Py_ssize_t n = c->st_len[q];
     /* a copy: interning new states may move the pool */
     int32_t *v = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-    if (!v) return PyErr_NoMemory();
+    if (!v) return PyErr_NoMemory(), -1;
     memcpy(v, c->pool + c->st_off[q], sizeof(int32_t) * (size_t)n);
     int32_t row[256];
     IntVec targets = {0}, segs = {0};
     int has_bytes = 0;
     PyObject *calls = NULL, *row_list = NULL, *target_list = NULL, *seg_list = NULL;
-    PyObject *result = NULL;
+    int result = -1;
     if (build_row(c, rule, v, n, row, &targets, &segs, &has_bytes) < 0) goto done;
     calls = build_calls(c, rule, v, n);
     if (!calls) goto done;
@@ -790,8 +790,7 @@ static PyObject *core_ensure(Core *c, PyObject *args) {
         goto done;
     }
     row_list = NULL;
-    result = Py_None;
-    Py_INCREF(result);
+    result = 0;
 done:
     free(v);
     free(targets.v);
@@ -803,44 +802,34 @@ done:
     return result;
 }
 
-/* write_plain_row(q, table, filled, finishes, sid): row sid of the parser-state table for the
- * one-frame state of built DFA state q (each target t as parser state 2t); False when q calls
- * a rule (its closure is more than one stack). */
-static PyObject *core_write_plain_row(Core *c, PyObject *args) {
-    long q, sid;
-    PyObject *table_obj, *filled_obj, *finishes_obj;
-    if (!PyArg_ParseTuple(args, "lOOOl", &q, &table_obj, &filled_obj, &finishes_obj, &sid))
-        return NULL;
+/* Python: ensure(q). */
+static PyObject *core_ensure(Core *c, PyObject *args) {
+    long q;
+    if (!PyArg_ParseTuple(args, "l", &q) || ensure_state(c, q) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Row sid of the parser-state table (rows x 256 int32, flags per row) for the one-frame state
+ * of built DFA state q, each target t written as parser state 2t: 1 when written, 0 when q
+ * calls a rule (its closure is more than one stack) or a target lies past the table, -1 with
+ * an exception. */
+static int write_plain(Core *c, long q, int32_t *table, Py_ssize_t rows, uint8_t *filled,
+                       uint8_t *finishes, long sid) {
     if (q < 0 || q >= c->n_states || PyList_GET_ITEM(c->trans_rows, q) == Py_None) {
         PyErr_Format(PyExc_ValueError, "determinise: DFA state %ld is not built", q);
-        return NULL;
+        return -1;
+    }
+    if (sid < 0 || sid >= rows) {
+        PyErr_SetString(PyExc_IndexError, "write_plain_row: row out of range");
+        return -1;
     }
     PyObject *calls = PyList_GET_ITEM(c->calls, q);
-    if (!PyTuple_Check(calls) || PyTuple_GET_SIZE(calls) > 0) Py_RETURN_FALSE;
+    if (!PyTuple_Check(calls) || PyTuple_GET_SIZE(calls) > 0) return 0;
     Py_ssize_t n_segs;
     PyObject **segs;
     if (items_of(PyList_GET_ITEM(c->row_segments, q), &segs, &n_segs, "row segments") < 0)
-        return NULL;
-    Py_buffer bufs[3];
-    PyObject *objs[3] = {table_obj, filled_obj, finishes_obj};
-    Py_ssize_t itemsizes[3] = {4, 1, 1};
-    int held = 0;
-    PyObject *result = NULL;
-    for (; held < 3; held++) {
-        if (PyObject_GetBuffer(objs[held], &bufs[held], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
-            goto done;
-        if (bufs[held].itemsize != itemsizes[held]) {
-            held++;
-            PyErr_SetString(PyExc_TypeError, "write_plain_row: int32 table, bool flags");
-            goto done;
-        }
-    }
-    Py_ssize_t rows = bufs[0].len / (4 * 256);
-    if (sid < 0 || sid >= rows || bufs[1].len < rows || bufs[2].len < rows) {
-        PyErr_SetString(PyExc_IndexError, "write_plain_row: row out of range");
-        goto done;
-    }
-    int32_t *row = (int32_t *)bufs[0].buf + 256 * sid;
+        return -1;
+    int32_t row[256];
     for (int b = 0; b < 256; b++) row[b] = -1;
     for (Py_ssize_t i = 0; i < n_segs; i++) {
         int32_t lo, hi, t;
@@ -851,22 +840,68 @@ static PyObject *core_write_plain_row(Core *c, PyObject *args) {
             as_int32(PyTuple_GET_ITEM(seg, 2), &t) < 0) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_TypeError, "write_plain_row: segments are (lo, hi, t)");
-            goto done;
+            return -1;
         }
-        if (lo < 0 || hi > 256 || lo > hi || t < 0 || 2 * (Py_ssize_t)t >= rows) {
+        if (lo < 0 || hi > 256 || lo > hi || t < 0) {
             PyErr_SetString(PyExc_IndexError, "write_plain_row: segment out of range");
-            goto done;
+            return -1;
         }
+        if (2 * (Py_ssize_t)t >= rows) return 0;
         for (int32_t b = lo; b < hi; b++) row[b] = 2 * t;
     }
-    ((uint8_t *)bufs[2].buf)[sid] = PyList_GET_ITEM(c->accepting, q) == Py_True;
-    ((uint8_t *)bufs[1].buf)[sid] = 1;
-    result = Py_True;
-    Py_INCREF(result);
-done:
-    for (int i = 0; i < held && i < 3; i++) PyBuffer_Release(&bufs[i]);
-    return result;
+    memcpy(table + 256 * sid, row, sizeof(row));
+    finishes[sid] = PyList_GET_ITEM(c->accepting, q) == Py_True;
+    filled[sid] = 1;
+    return 1;
 }
+
+/* Python: write_plain_row(q, table, filled, finishes, sid) -> bool (see write_plain). */
+static PyObject *core_write_plain_row(Core *c, PyObject *args) {
+    long q, sid;
+    PyObject *objs[3];
+    if (!PyArg_ParseTuple(args, "lOOOl", &q, &objs[0], &objs[1], &objs[2], &sid)) return NULL;
+    Py_buffer bufs[3];
+    Py_ssize_t itemsizes[3] = {4, 1, 1};
+    int held = 0, got = -1;
+    for (; held < 3; held++) {
+        if (PyObject_GetBuffer(objs[held], &bufs[held], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+            goto done;
+        if (bufs[held].itemsize != itemsizes[held]) {
+            held++;
+            PyErr_SetString(PyExc_TypeError, "write_plain_row: int32 table, bool flags");
+            goto done;
+        }
+    }
+    Py_ssize_t rows = bufs[0].len / (4 * 256);
+    if (bufs[1].len < rows || bufs[2].len < rows) {
+        PyErr_SetString(PyExc_ValueError, "write_plain_row: flags shorter than the table");
+        goto done;
+    }
+    got = write_plain(c, q, bufs[0].buf, rows, bufs[1].buf, bufs[2].buf, sid);
+done:
+    for (int i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
+    if (got < 0) return NULL;
+    return PyBool_FromLong(got);
+}
+
+static PyTypeObject CoreType;
+
+/* For the C trie walk (through the capsule below): build the DFA state behind one-frame
+ * parser state sid = 2q and write its row, without going back to Python. */
+static int fill_plain(PyObject *core, long sid, int32_t *table, Py_ssize_t rows, uint8_t *filled,
+                      uint8_t *finishes) {
+    if (!PyObject_TypeCheck(core, &CoreType)) {
+        PyErr_SetString(PyExc_TypeError, "fill_plain: not a determiniser Core");
+        return -1;
+    }
+    Core *c = (Core *)core;
+    long q = sid / 2;
+    if (sid % 2 || q >= c->n_states) return 0;
+    if (ensure_state(c, q) < 0) return -1;
+    return write_plain(c, q, table, rows, filled, finishes, sid);
+}
+
+static FormcastDeterminiseAPI api = {fill_plain};
 
 static PyObject *core_state(Core *c, PyObject *args) {
     long q;
@@ -923,6 +958,12 @@ PyMODINIT_FUNC PyInit__determinise(void) {
     if (PyType_Ready(&CoreType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+    PyObject *capsule = PyCapsule_New(&api, FORMCAST_DETERMINISE_CAPSULE, NULL);
+    if (!capsule || PyModule_AddObject(m, "_api", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&CoreType);
     if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
         Py_DECREF(&CoreType);

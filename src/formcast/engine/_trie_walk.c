@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_determinise_api.h"
+
 typedef struct {
     Py_buffer b;
     int held;
@@ -72,14 +74,24 @@ static int any_between(const int64_t *sorted, Py_ssize_t n, int64_t lo, int64_t 
 
 #define N_BUFS 18
 
+/* The determiniser's C entry points (NULL until a walk is given a Core). */
+static const FormcastDeterminiseAPI *determinise_api = NULL;
+
 static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objs[N_BUFS];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3],
+    PyObject *core = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOO|O", &objs[0], &objs[1], &objs[2], &objs[3],
                           &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &objs[10],
                           &objs[11], &objs[12], &objs[13], &objs[14], &objs[15], &objs[16],
-                          &objs[17]))
+                          &objs[17], &core))
         return NULL;
+    /* With a determiniser Core, one-frame states met unfilled are built here, in C. */
+    int fill_inline = core != Py_None;
+    if (fill_inline && !determinise_api) {
+        determinise_api = PyCapsule_Import(FORMCAST_DETERMINISE_CAPSULE, 0);
+        if (!determinise_api) return NULL;
+    }
     static const char *names[N_BUFS] = {
         "table", "filled", "finishes", "first_child", "end_child", "byte", "row_lo", "row_hi",
         "end_count", "maxlen", "depth", "subtree_bytes", "ids", "chain", "outside_bytes",
@@ -88,14 +100,14 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     Buf bufs[N_BUFS];
     memset(bufs, 0, sizeof(bufs));
     for (int i = 0; i < N_BUFS; i++) {
-        if (get_buf(objs[i], &bufs[i], i == 16, sizes[i], names[i]) < 0) {
+        if (get_buf(objs[i], &bufs[i], i == 16 || (fill_inline && i <= 2), sizes[i], names[i]) < 0) {
             release(bufs, N_BUFS);
             return NULL;
         }
     }
-    const int32_t *table = bufs[0].b.buf;
-    const uint8_t *filled = bufs[1].b.buf;
-    const uint8_t *finishes = bufs[2].b.buf;
+    int32_t *table = bufs[0].b.buf;
+    uint8_t *filled = bufs[1].b.buf;
+    uint8_t *finishes = bufs[2].b.buf;
     const int32_t *first_child = bufs[3].b.buf;
     const int32_t *end_child = bufs[4].b.buf;
     const uint8_t *byte = bufs[5].b.buf;
@@ -174,6 +186,13 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         top--;
         int64_t g = stack[3 * top], s = stack[3 * top + 1], flag = stack[3 * top + 2];
         if (g < 0 || g >= n_nodes || s < 0 || s >= n_states) { bad = 1; break; }
+        if (!filled[s] && fill_inline && s % 2 == 0) {
+            Py_BLOCK_THREADS
+            int got = determinise_api->fill_plain(core, (long)s, table, n_states, filled,
+                                                   finishes);
+            Py_UNBLOCK_THREADS
+            if (got < 0) { bad = 3; break; }
+        }
         if (!filled[s]) {
             if (!push3(&pending, &pending_cap, &n_pending, g, s, flag)) { bad = 2; break; }
             continue;
@@ -225,6 +244,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         free(pending);
         free(needs);
         if (bad == 2) return PyErr_NoMemory();
+        if (bad == 3) return NULL; /* raised while building a state */
         PyErr_SetString(PyExc_IndexError, "trie walk: node, row or state id out of range");
         return NULL;
     }
@@ -339,11 +359,11 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(table, filled, finishes, first_child, end_child, byte, row_lo, row_hi, end_count, "
-     "maxlen, depth, subtree_bytes, ids, chain, outside_bytes, pending_in, allowed, only_rows) "
-     "-> (bytes "
+     "maxlen, depth, subtree_bytes, ids, chain, outside_bytes, pending_in, allowed, only_rows"
+     "[, core]) -> (bytes "
      "of int64 (node, state, flag) triples that stopped at unfilled rows, bytes of int64 ids "
      "of tokens that need the context, deepest byte looked at); allowed token ids are set to 1 "
-     "in allowed"},
+     "in allowed; with a determiniser Core, one-frame states are built on the way"},
     {"slice_chain", slice_chain, METH_VARARGS,
      "slice_chain(table, filled, base, horizon, min_bytes, chain_out, slice_out) -> "
      "(length, missing state or -1)"},

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from formcast.engine.determinise import make_determiniser
+from formcast.engine.determinise import PyDeterminiser, make_determiniser
 from formcast.engine.nfa import NFA, build_nfa
 from formcast.errors import LeftRecursionError
 from formcast.grammar.ir import Grammar
@@ -62,6 +62,12 @@ class Automaton:
     def n_states(self) -> int:
         """States built so far."""
         return self._core.n_states
+
+    @property
+    def native_core(self) -> object | None:
+        """The C determiniser, for the C trie walk to build states with (None in Python)."""
+        core = self._core
+        return None if isinstance(core, PyDeterminiser) else core
 
     def state_key(self, q: int) -> tuple[int, frozenset[int]]:
         """``(rule index, NFA states)`` of DFA state ``q``."""

@@ -84,9 +84,10 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
                            only_rows: np.ndarray | None = None) -> StateVerdict:
     """The walk of :func:`classify_tokens_numpy`, depth first in C (``_trie_walk.c``).
 
-    The C walk stops at states whose byte rows are not filled yet and returns where it
-    stopped; their rows are filled here (that is where new automaton states get built) and the
-    walk resumes from those nodes, until nothing is pending. The slice chain is found the same
+    The C walk builds the one-frame states it meets (``2 * q``, see ``DenseStates``) itself,
+    through the C determiniser; it stops at other states whose byte rows are not filled yet
+    and returns where it stopped. Their rows are filled here and the walk resumes from those
+    nodes, until nothing is pending. The slice chain is found the same
     way.
     """
     trie = table.trie
@@ -97,6 +98,7 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
     allowed = np.zeros(table.size, dtype=bool)
     needs: list[bytes] = []
     pending = np.array([0, base, 0], dtype=np.int64)
+    core = dense.parser.auto.native_core  # builds one-frame states inside the walk
     depth = 0
     while pending.size:
         dense.ensure_rows(pending[1::3])
@@ -104,7 +106,7 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
             dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8),
             flat.first_child, flat.end_child, flat.byte, flat.row_lo, flat.row_hi,
             flat.end_count, flat.maxlen, flat.depth, flat.subtree_bytes, trie.ids, chain,
-            outside, pending, allowed, only_rows)
+            outside, pending, allowed, only_rows, core)
         pending = np.frombuffer(raw, dtype=np.int64)
         if needing:
             needs.append(needing)

@@ -1,0 +1,18 @@
+/* What _determinise exports to the C trie walk, through a capsule (module attribute "_api"). */
+#ifndef FORMCAST_DETERMINISE_API_H
+#define FORMCAST_DETERMINISE_API_H
+
+#include <Python.h>
+#include <stdint.h>
+
+#define FORMCAST_DETERMINISE_CAPSULE "formcast.engine._determinise._api"
+
+typedef struct {
+    /* Build the automaton state behind one-frame parser state sid (= 2q) of core and write its
+     * row into table (rows x 256) and its flags: 1 written, 0 left for Python (not one-frame,
+     * or a target past the table), -1 with a Python exception set. Needs the GIL. */
+    int (*fill_plain)(PyObject *core, long sid, int32_t *table, Py_ssize_t rows,
+                      uint8_t *filled, uint8_t *finishes);
+} FormcastDeterminiseAPI;
+
+#endif
