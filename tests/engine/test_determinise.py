@@ -1,7 +1,9 @@
 """The C determiniser (``_determinise.c``) against the Python one it replaces: same automaton.
 
 Both number DFA states in the same order, so the whole automaton they build must be equal
-state by state: NFA sets, byte rows, segments, rule calls, acceptance. Every other engine
+state by state: NFA sets, byte rows, segments, rule calls, acceptance; and so must the
+parser-state rows built on top of it (written by ``Core.write_plain_row`` and
+``Core.fill_row`` in C). Every other engine
 test runs on whichever determiniser is active (the C one when it is built); these compare
 the two directly, on random grammars and on the benchmark grammars, and keep the Python
 fallback honest for machines without a compiler.
@@ -11,15 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import deque
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from test_matcher_fuzz import fuzz_settings, grammars
 
 from formcast.engine import determinise
-from formcast.engine.lexer import Automaton
+from formcast.engine.lexer import Automaton, _check_left_recursion
 from formcast.engine.nfa import build_nfa
+from formcast.engine.parser import DenseStates, Parser
 from formcast.errors import GrammarError
 from formcast.grammar.ir import Grammar
 
@@ -106,6 +111,48 @@ def test_c_and_python_determinisers_agree_where_states_are_dead(text):
     grammar = Grammar.from_gbnf(text)
     assert not all(build_nfa(grammar)[3])
     _assert_same_automaton(grammar)
+
+
+def _parser_rows(grammar: Grammar, native: bool, limit: int) -> dict:
+    """Parser-state rows breadth first from the start: {id: (state, row, finishes)}."""
+    nfa, fragments, order, live = build_nfa(grammar)
+    auto = Automaton(nfa, fragments, order, live, grammar.start, native=native)
+    _check_left_recursion(auto)
+    parser = Parser(auto)
+    dense = DenseStates(parser)
+    start = dense.intern(parser.initial)
+    queue, seen, rows = deque([start]), {start}, {}
+    while queue and len(rows) < limit:
+        sid = queue.popleft()
+        dense.ensure_rows(np.array([sid]))
+        row = dense.table[sid].tolist()
+        rows[sid] = (dense.state(sid), row, bool(dense.finishes[sid]))
+        for t in sorted(set(row)):
+            if t >= 0 and t not in seen:
+                seen.add(t)
+                queue.append(t)
+    return rows
+
+
+@needs_native
+@fuzz_settings(80)
+@given(grammar=grammars())
+def test_c_and_python_parser_rows_agree_on_random_grammars(grammar):
+    """Rows of one-frame states (written by the determiniser) and of states with several or
+    deeper stacks (``Core.fill_row``): same successors, numbered alike."""
+    with contextlib.suppress(GrammarError):
+        assert _parser_rows(grammar, True, 300) == _parser_rows(grammar, False, 300)
+
+
+@needs_native
+@pytest.mark.parametrize("name", ["json/json.gbnf", "gbnf/arithmetic.gbnf", "gbnf/c_like.gbnf",
+                                  "schema/tree.schema.json"])
+def test_c_and_python_parser_rows_agree_on_recursive_grammars(name):
+    path = GRAMMARS / name
+    text = path.read_text()
+    grammar = (Grammar.from_gbnf(text) if path.suffix == ".gbnf"
+               else Grammar.from_json_schema(json.loads(text), strict=False))
+    assert _parser_rows(grammar, True, 800) == _parser_rows(grammar, False, 800)
 
 
 @needs_native

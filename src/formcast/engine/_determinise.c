@@ -884,6 +884,183 @@ done:
     return PyBool_FromLong(got);
 }
 
+/* Python: fill_row(stacks, sid, table, filled, ids, others) -> None. Row sid of the parser-state
+ * table for a state whose closed stacks are `stacks` (tuples of DFA ids, every top built): byte
+ * b leads to the kernel {below + (trans[top][b],)} over its stacks. The tops' rows are constant
+ * between their segment bounds, so it costs one column per piece and one kernel per distinct
+ * column. A kernel that is one one-frame stack (t,) is state 2t; any other is looked up in
+ * `ids` (frozenset -> odd id) or numbered 2 * len(others) + 1 and appended to `others`. The
+ * caller leaves room in the table for every state this can number. */
+static PyObject *core_fill_row(Core *c, PyObject *args) {
+    PyObject *stacks, *table_obj, *filled_obj, *ids, *others;
+    long sid;
+    if (!PyArg_ParseTuple(args, "O!lOOO!O!", &PyList_Type, &stacks, &sid, &table_obj,
+                          &filled_obj, &PyDict_Type, &ids, &PyList_Type, &others))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(stacks);
+    int32_t *rows = malloc(sizeof(int32_t) * 256 * (size_t)(n ? n : 1));
+    int32_t *columns = malloc(sizeof(int32_t) * 257 * (size_t)(n ? n : 1));
+    if (!rows || !columns) {
+        free(rows);
+        free(columns);
+        return PyErr_NoMemory();
+    }
+    Py_buffer bufs[2];
+    int held = 0;
+    PyObject *result = NULL;
+    unsigned char bound[257] = {0};
+    bound[0] = bound[256] = 1;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *st = PyList_GET_ITEM(stacks, k);
+        if (!PyTuple_Check(st) || PyTuple_GET_SIZE(st) == 0) {
+            PyErr_SetString(PyExc_TypeError, "fill_row: stacks are non-empty tuples");
+            goto done;
+        }
+        int32_t top;
+        if (as_int32(PyTuple_GET_ITEM(st, PyTuple_GET_SIZE(st) - 1), &top) < 0) goto done;
+        if (top < 0 || top >= c->n_states || PyList_GET_ITEM(c->trans_rows, top) == Py_None) {
+            PyErr_Format(PyExc_ValueError, "fill_row: DFA state %d is not built", top);
+            goto done;
+        }
+        int32_t *row = rows + 256 * k;
+        for (int b = 0; b < 256; b++) row[b] = -1;
+        Py_ssize_t n_segs;
+        PyObject **segs;
+        if (items_of(PyList_GET_ITEM(c->row_segments, top), &segs, &n_segs, "row segments") < 0)
+            goto done;
+        for (Py_ssize_t i = 0; i < n_segs; i++) {
+            int32_t lo, hi, t;
+            if (as_int32(PyTuple_GET_ITEM(segs[i], 0), &lo) < 0 ||
+                as_int32(PyTuple_GET_ITEM(segs[i], 1), &hi) < 0 ||
+                as_int32(PyTuple_GET_ITEM(segs[i], 2), &t) < 0)
+                goto done;
+            if (lo < 0 || hi > 256 || lo > hi) {
+                PyErr_SetString(PyExc_IndexError, "fill_row: segment out of range");
+                goto done;
+            }
+            bound[lo] = bound[hi] = 1;
+            for (int32_t b = lo; b < hi; b++) row[b] = t;
+        }
+    }
+    for (; held < 2; held++) {
+        PyObject *obj = held == 0 ? table_obj : filled_obj;
+        if (PyObject_GetBuffer(obj, &bufs[held], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+            goto done;
+    }
+    if (bufs[0].itemsize != 4 || bufs[1].itemsize != 1) {
+        PyErr_SetString(PyExc_TypeError, "fill_row: int32 table, bool flags");
+        goto done;
+    }
+    Py_ssize_t table_rows = bufs[0].len / (4 * 256);
+    if (sid < 0 || sid >= table_rows || bufs[1].len < table_rows) {
+        PyErr_SetString(PyExc_IndexError, "fill_row: row out of range");
+        goto done;
+    }
+    int32_t out[256], numbered[257];
+    int n_columns = 0;
+    int a = 0;
+    for (int p = 1; p <= 256; p++) {
+        if (!bound[p]) continue;
+        int32_t *column = columns + (size_t)n_columns * (size_t)n;
+        int any = 0;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            column[k] = rows[256 * k + a];
+            any |= column[k] >= 0;
+        }
+        int32_t got = -1;
+        if (any) {
+            int found = -1;
+            for (int j = 0; j < n_columns && found < 0; j++)
+                if (!memcmp(columns + (size_t)j * (size_t)n, column, sizeof(int32_t) * (size_t)n))
+                    found = j;
+            if (found >= 0) {
+                got = numbered[found];
+            } else {
+                /* the kernel of this column */
+                /* One one-frame stack (t,), however many stacks lead there, is state 2t. */
+                int one_frame = 1;
+                int32_t first_target = -1;
+                for (Py_ssize_t k = 0; k < n && one_frame; k++) {
+                    if (column[k] < 0) continue;
+                    if (PyTuple_GET_SIZE(PyList_GET_ITEM(stacks, k)) != 1 ||
+                        (first_target >= 0 && column[k] != first_target))
+                        one_frame = 0;
+                    first_target = column[k];
+                }
+                if (one_frame) {
+                    got = 2 * first_target;
+                } else {
+                    PyObject *members = PyList_New(0);
+                    if (!members) goto done;
+                    for (Py_ssize_t k = 0; k < n && members; k++) {
+                        if (column[k] < 0) continue;
+                        PyObject *st = PyList_GET_ITEM(stacks, k);
+                        Py_ssize_t len = PyTuple_GET_SIZE(st);
+                        PyObject *moved = PyTuple_New(len);
+                        PyObject *target = moved ? PyLong_FromLong(column[k]) : NULL;
+                        if (!target) {
+                            Py_XDECREF(moved);
+                            Py_CLEAR(members);
+                            break;
+                        }
+                        for (Py_ssize_t i = 0; i + 1 < len; i++) {
+                            PyObject *x = PyTuple_GET_ITEM(st, i);
+                            Py_INCREF(x);
+                            PyTuple_SET_ITEM(moved, i, x);
+                        }
+                        PyTuple_SET_ITEM(moved, len - 1, target);
+                        if (PyList_Append(members, moved) < 0) Py_CLEAR(members);
+                        Py_DECREF(moved);
+                    }
+                    if (!members) goto done;
+                    PyObject *kernel = PyFrozenSet_New(members);
+                    Py_DECREF(members);
+                    if (!kernel) goto done;
+                    PyObject *known = PyDict_GetItemWithError(ids, kernel);
+                    if (known) {
+                        long v = PyLong_AsLong(known);
+                        if (v == -1 && PyErr_Occurred()) {
+                            Py_DECREF(kernel);
+                            goto done;
+                        }
+                        got = (int32_t)v;
+                    } else if (PyErr_Occurred()) {
+                        Py_DECREF(kernel);
+                        goto done;
+                    } else {
+                        got = (int32_t)(2 * PyList_GET_SIZE(others) + 1);
+                        PyObject *id = PyLong_FromLong(got);
+                        int bad = !id || PyDict_SetItem(ids, kernel, id) < 0 ||
+                                  PyList_Append(others, kernel) < 0;
+                        Py_XDECREF(id);
+                        if (bad) {
+                            Py_DECREF(kernel);
+                            goto done;
+                        }
+                    }
+                    Py_DECREF(kernel);
+                }
+                if (got >= table_rows) {
+                    PyErr_SetString(PyExc_IndexError, "fill_row: no room for a new state");
+                    goto done;
+                }
+                numbered[n_columns++] = got;
+            }
+        }
+        for (int b = a; b < p; b++) out[b] = got;
+        a = p;
+    }
+    memcpy((int32_t *)bufs[0].buf + 256 * sid, out, sizeof(out));
+    ((uint8_t *)bufs[1].buf)[sid] = 1;
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (int i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
+    free(rows);
+    free(columns);
+    return result;
+}
+
 static PyTypeObject CoreType;
 
 /* For the C trie walk (through the capsule below): build the DFA state behind one-frame
@@ -930,6 +1107,8 @@ static PyMethodDef core_methods[] = {
      "ensure(q): build state q's transitions (a no-op when built)"},
     {"write_plain_row", (PyCFunction)core_write_plain_row, METH_VARARGS,
      "write_plain_row(q, table, filled, finishes, sid) -> bool"},
+    {"fill_row", (PyCFunction)core_fill_row, METH_VARARGS,
+     "fill_row(stacks, sid, table, filled, ids, others): a parser state's row (see the C)"},
     {"state", (PyCFunction)core_state, METH_VARARGS,
      "state(q) -> (rule index, frozenset of NFA states)"},
     {NULL, NULL, 0, NULL}};

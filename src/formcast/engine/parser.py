@@ -288,23 +288,19 @@ class DenseStates:
 
     def _fill_row(self, sid: int, stacks: list[Stack]) -> None:
         """Row of a general state: byte ``b`` leads to the kernels ``below + (trans[top][b],)``
-        of its stacks. The tops' rows are constant between their segment bounds, so a state
-        costs one column per piece and one kernel per *distinct* column, not 256 lookups."""
+        of its stacks. The tops' rows are constant between the bounds of their segments, so a
+        state costs one column per piece and one kernel per *distinct* column, not 256
+        lookups (in C when the determiniser is: ``Core.fill_row``)."""
         auto = self.parser.auto
         for st in stacks:
             auto.ensure(st[-1])
-        rows = auto.trans_rows
-        if len(stacks) == 1:
-            # One deep stack: like a plain row, with the frames below kept.
-            below = stacks[0][:-1]
-            top = stacks[0][-1]
-            numbered = {-1: -1}
-            for t in auto.row_targets[top]:
-                numbered[t] = self.intern(frozenset((below + (t,),)))
-            self.table[sid] = [numbered[t] for t in rows[top]]
-            self.filled[sid] = True
+        core = auto.native_core
+        if core is not None:
+            # Room for every state the row can number: one per piece at most.
+            self._fit(2 * (len(self._others) + 257) + 2)
+            core.fill_row(stacks, sid, self.table, self.filled, self.ids, self._others)
             return
-        # Rows are constant between the bounds of their segments: one column per piece.
+        rows = auto.trans_rows
         tops = [st[-1] for st in stacks]
         segments = auto.row_segments
         points = sorted({p for top in tops for lo, hi, _ in segments[top] for p in (lo, hi)})
