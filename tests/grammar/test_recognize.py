@@ -149,6 +149,10 @@ def test_every_byte_prefix_of_a_match_is_a_viable_prefix(pattern: tuple[str, str
 def test_prefix_mode_agrees_with_partial_matching(pattern: tuple[str, str], texts: list[str]) -> None:
     regex = pytest.importorskip("regex")
     ecma, py = pattern
+    # Laziness changes which match is found, never the language. The oracle is made greedy:
+    # regex 2026.11.19 reports a partial match of "a0" for "(?:a)*?a" (none for "(?:a)*a").
+    for lazy in (")*?", ")+?", ")??"):
+        py = py.replace(lazy, lazy[:-1])
     compiled = regex.compile(py, regex.ASCII)
     grammar = Grammar({"root": regex_to_expr(ecma)})
     for text in texts:

@@ -1095,6 +1095,16 @@ static PyObject *core_state(Core *c, PyObject *args) {
     return Py_BuildValue("(iN)", c->st_rule[q], set);
 }
 
+static PyObject *core_rule(Core *c, PyObject *args) {
+    long q;
+    if (!PyArg_ParseTuple(args, "l", &q)) return NULL;
+    if (q < 0 || q >= c->n_states) {
+        PyErr_Format(PyExc_IndexError, "determinise: DFA state %ld out of range", q);
+        return NULL;
+    }
+    return PyLong_FromLong(c->st_rule[q]);
+}
+
 static PyObject *core_n_states(Core *c, void *closure) {
     (void)closure;
     return PyLong_FromSsize_t(c->n_states);
@@ -1109,6 +1119,7 @@ static PyMethodDef core_methods[] = {
      "write_plain_row(q, table, filled, finishes, sid) -> bool"},
     {"fill_row", (PyCFunction)core_fill_row, METH_VARARGS,
      "fill_row(stacks, sid, table, filled, ids, others): a parser state's row (see the C)"},
+    {"rule", (PyCFunction)core_rule, METH_VARARGS, "rule(q) -> index of q's rule"},
     {"state", (PyCFunction)core_state, METH_VARARGS,
      "state(q) -> (rule index, frozenset of NFA states)"},
     {NULL, NULL, 0, NULL}};

@@ -72,7 +72,7 @@ static int any_between(const int64_t *sorted, Py_ssize_t n, int64_t lo, int64_t 
     return a < n && sorted[a] < hi;
 }
 
-#define N_BUFS 18
+#define N_BUFS 19
 
 /* The determiniser's C entry points (NULL until a walk is given a Core). */
 static const FormcastDeterminiseAPI *determinise_api = NULL;
@@ -81,10 +81,10 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objs[N_BUFS];
     PyObject *core = Py_None;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOO|O", &objs[0], &objs[1], &objs[2], &objs[3],
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOOO|O", &objs[0], &objs[1], &objs[2], &objs[3],
                           &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &objs[10],
                           &objs[11], &objs[12], &objs[13], &objs[14], &objs[15], &objs[16],
-                          &objs[17], &core))
+                          &objs[17], &objs[18], &core))
         return NULL;
     /* With a determiniser Core, one-frame states met unfilled are built here, in C. */
     int fill_inline = core != Py_None;
@@ -95,8 +95,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     static const char *names[N_BUFS] = {
         "table", "filled", "finishes", "first_child", "end_child", "byte", "row_lo", "row_hi",
         "end_count", "maxlen", "depth", "subtree_bytes", "ids", "chain", "outside_bytes",
-        "pending_in", "allowed", "only_rows"};
-    static const Py_ssize_t sizes[N_BUFS] = {4, 1, 1, 4, 4, 1, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8, 1, 8};
+        "pending_in", "allowed", "only_rows", "follow"};
+    static const Py_ssize_t sizes[N_BUFS] = {4, 1, 1, 4, 4, 1, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8, 1, 8, 1};
     Buf bufs[N_BUFS];
     memset(bufs, 0, sizeof(bufs));
     for (int i = 0; i < N_BUFS; i++) {
@@ -133,7 +133,11 @@ static PyObject *walk(PyObject *self, PyObject *args) {
      * of them lies below it. */
     const int64_t *only = bufs[17].b.buf;
     Py_ssize_t n_only = bufs[17].b.len / 8;
-    if (bufs[11].b.len != 32 * n_nodes || bufs[0].b.len < 4 * 256 * n_states) {
+    /* Bytes that can follow the base frame's end in some context: a token that passes a point
+     * where the frame could end goes on in the context only with one of them next. */
+    const uint8_t *follow = bufs[18].b.buf;
+    if (bufs[11].b.len != 32 * n_nodes || bufs[0].b.len < 4 * 256 * n_states ||
+        bufs[18].b.len != 256) {
         release(bufs, N_BUFS);
         PyErr_SetString(PyExc_ValueError, "trie walk: array sizes do not match");
         return NULL;
@@ -198,21 +202,22 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             continue;
         }
         int32_t d = depth_of[g];
-        /* bit 0 of flag: the base frame could end on the way; bit 1: the path left the
-         * slice (a byte outside it), so the chain no longer vouches for what follows. */
-        if (d > 0 && finishes[s]) flag |= 1;
+        /* bit 0 of flag: the base frame could end on the way, with a byte that can follow it
+         * next; bit 1: the path left the slice (a byte outside it), so the chain no longer
+         * vouches for what follows. */
+        int ends_here = d > 0 && finishes[s];
         const int32_t *row = table + 256 * s;
         if (first_child[g] < end_child[g] && d + 1 > reached) reached = d + 1;
         for (int32_t c = first_child[g]; c < end_child[g] && !bad; c++) {
             if (c < 0 || c >= n_nodes) { bad = 1; break; }
             if (n_only && !any_between(only, n_only, row_lo[c], row_hi[c])) continue;
+            int64_t child_flag = flag | (ends_here && follow[byte[c]]);
             int32_t ns = row[byte[c]];
             if (ns < 0) {
-                if (flag & 1) NEED(row_lo[c], row_hi[c])
+                if (child_flag & 1) NEED(row_lo[c], row_hi[c])
                 continue;
             }
             ALLOW(row_lo[c], row_lo[c] + end_count[c])
-            int64_t child_flag = flag;
             if (use_slice && (outside[byte[c] >> 6] >> (byte[c] & 63)) & 1) child_flag |= 2;
             /* On the chain: its state says so, or (for a chain known to repeat, whose later
              * entries are -1) every byte so far was a slice byte. */
@@ -359,8 +364,8 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(table, filled, finishes, first_child, end_child, byte, row_lo, row_hi, end_count, "
-     "maxlen, depth, subtree_bytes, ids, chain, outside_bytes, pending_in, allowed, only_rows"
-     "[, core]) -> (bytes "
+     "maxlen, depth, subtree_bytes, ids, chain, outside_bytes, pending_in, allowed, only_rows, "
+     "follow[, core]) -> (bytes "
      "of int64 (node, state, flag) triples that stopped at unfilled rows, bytes of int64 ids "
      "of tokens that need the context, deepest byte looked at); allowed token ids are set to 1 "
      "in allowed; with a determiniser Core, one-frame states are built on the way"},

@@ -34,6 +34,8 @@ class Determiniser(Protocol):
 
     def state(self, q: int) -> tuple[int, frozenset[int]]: ...
 
+    def rule(self, q: int) -> int: ...
+
     def write_plain_row(self, q: int, table: np.ndarray, filled: np.ndarray,
                         finishes: np.ndarray, sid: int) -> bool: ...
 
@@ -84,6 +86,9 @@ class PyDeterminiser:
 
     def state(self, q: int) -> tuple[int, frozenset[int]]:
         return self._sets[q]
+
+    def rule(self, q: int) -> int:
+        return self._sets[q][0]
 
     def write_plain_row(self, q: int, table: np.ndarray, filled: np.ndarray,
                         finishes: np.ndarray, sid: int) -> bool:

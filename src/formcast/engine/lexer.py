@@ -16,6 +16,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from formcast.engine.determinise import PyDeterminiser, make_determiniser
+from formcast.engine.follow import follow_bytes
 from formcast.engine.nfa import NFA, build_nfa
 from formcast.errors import LeftRecursionError
 from formcast.grammar.ir import Grammar
@@ -37,6 +38,9 @@ class Automaton:
     def __init__(self, nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[str],
                  live: list[bool], start_rule: str, *, native: bool | None = None) -> None:
         self._nfa = nfa
+        self._fragments = fragments
+        self._live = live
+        self._follow: np.ndarray | None = None
         self._rule_index = {name: i for i, name in enumerate(order)}
         self._shape_memo: dict[int, tuple[tuple, int] | None] = {}
         self.rule_names = order
@@ -68,6 +72,18 @@ class Automaton:
         """The C determiniser, for the C trie walk to build states with (None in Python)."""
         core = self._core
         return None if isinstance(core, PyDeterminiser) else core
+
+    def rule_of(self, q: int) -> int:
+        """Index of the rule DFA state ``q`` belongs to."""
+        return self._core.rule(q)
+
+    def follow_of(self, q: int) -> np.ndarray:
+        """Bytes that can come right after the frame of DFA state ``q`` returns, in any
+        context (uint8 per byte; ``engine.follow``, computed on first use)."""
+        if self._follow is None:
+            self._follow = follow_bytes(self._nfa, self._fragments, self.rule_names,
+                                        self._live).astype(np.uint8)
+        return self._follow[self._core.rule(q)]
 
     def state_key(self, q: int) -> tuple[int, frozenset[int]]:
         """``(rule index, NFA states)`` of DFA state ``q``."""

@@ -40,6 +40,9 @@ SCALAR_NODES = 32
 SCALAR_TOKENS = 256
 _EMPTY_INT64 = np.zeros(0, dtype=np.int64)
 _EMPTY_UINT64 = np.zeros(0, dtype="<u8")
+_ALL_BYTES = np.ones(256, dtype=np.uint8)
+# A walk from the whole parser state keeps only its allowed tokens: nothing follows the root.
+_NO_BYTES = np.zeros(256, dtype=np.uint8)
 # Upper bound on numbered parser states kept for token walks (1 KiB of table each).
 DENSE_STATE_LIMIT = 100_000
 
@@ -64,15 +67,17 @@ class StateVerdict:
 
 
 def classify_tokens(dense: DenseStates, table: TokenTable, base: int,
-                    only_rows: np.ndarray | None = None) -> StateVerdict:
+                    only_rows: np.ndarray | None = None,
+                    follow: np.ndarray | None = None) -> StateVerdict:
     """Classify every token from the parser state numbered ``base`` (see
     :func:`classify_tokens_numpy`): in C when the extension is built, else with numpy.
 
     ``only_rows`` (sorted trie rows) limits the walk to those tokens where the C walk runs;
-    any other token it reports is still decided exactly."""
+    any other token it reports is still decided exactly. ``follow`` (256 flags, default all)
+    holds the bytes that can come after the base frame ends (``Automaton.follow_of``)."""
     if _trie_walk is not None and native_walk_enabled():
-        return classify_tokens_native(dense, table, base, only_rows)
-    return classify_tokens_numpy(dense, table, base)
+        return classify_tokens_native(dense, table, base, only_rows, follow)
+    return classify_tokens_numpy(dense, table, base, follow)
 
 
 def native_walk_enabled() -> bool:
@@ -81,7 +86,8 @@ def native_walk_enabled() -> bool:
 
 
 def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
-                           only_rows: np.ndarray | None = None) -> StateVerdict:
+                           only_rows: np.ndarray | None = None,
+                           follow: np.ndarray | None = None) -> StateVerdict:
     """The walk of :func:`classify_tokens_numpy`, depth first in C (``_trie_walk.c``).
 
     The C walk builds the one-frame states it meets (``2 * q``, see ``DenseStates``) itself,
@@ -95,6 +101,7 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
     chain, outside = _native_slice_chain(dense, base, trie.max_len)
     if only_rows is None:
         only_rows = _EMPTY_INT64
+    follow = _ALL_BYTES if follow is None else follow.astype(np.uint8, copy=False)
     allowed = np.zeros(table.size, dtype=bool)
     needs: list[bytes] = []
     pending = np.array([0, base, 0], dtype=np.int64)
@@ -106,7 +113,7 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
             dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8),
             flat.first_child, flat.end_child, flat.byte, flat.row_lo, flat.row_hi,
             flat.end_count, flat.maxlen, flat.depth, flat.subtree_bytes, trie.ids, chain,
-            outside, pending, allowed, only_rows, core)
+            outside, pending, allowed, only_rows, follow, core)
         pending = np.frombuffer(raw, dtype=np.int64)
         if needing:
             needs.append(needing)
@@ -162,15 +169,18 @@ def _one_copy_apart(dense: DenseStates, first: int, second: int, horizon: int) -
             and min(shape_a[1], shape_b[1]) > horizon)
 
 
-def classify_tokens_numpy(dense: DenseStates, table: TokenTable, base: int) -> StateVerdict:
+def classify_tokens_numpy(dense: DenseStates, table: TokenTable, base: int,
+                          follow: np.ndarray | None = None) -> StateVerdict:
     """Walk the token trie from the parser state numbered ``base``: one numpy gather per
     trie level, over the live nodes only.
 
     From a one-frame state ``{(q,)}`` this is context-free: calls entered mid-token are
-    followed, and a token that passes a point where ``q``'s own frame could finish, and cannot
-    go on otherwise, is reported in ``needs_context``. From a full parser state the walk is
-    exact and ``needs_context`` holds only tokens that would go on past the end of the root.
+    followed, and a token that passes a point where ``q``'s own frame could finish, with a
+    byte in ``follow`` next (default: any), and cannot go on otherwise, is reported in
+    ``needs_context``. From a full parser state the walk is exact and ``needs_context`` holds
+    only tokens that would go on past the end of the root.
     """
+    follow = np.ones(256, dtype=bool) if follow is None else follow.astype(bool)
     trie = table.trie
     n = trie.ids.size
     allowed_rows = np.zeros(n, dtype=bool)
@@ -188,21 +198,22 @@ def classify_tokens_numpy(dense: DenseStates, table: TokenTable, base: int) -> S
                 # Few tokens left below few nodes: numpy's per-call cost would dominate a
                 # level-by-level walk of their remaining bytes; walk them one by one.
                 _walk_rows(dense, table, level - 1, lo_rows, hi_rows, state, flag,
-                           allowed_rows, needs)
+                           allowed_rows, needs, follow)
                 break
         dense.ensure_rows(state)
-        if level > 1:
-            # Tokens going on below a node pass its state: if the base frame can end there,
-            # what follows depends on the context.
-            flag = flag | dense.finishes[state]
         lo = trie.child_lo[level - 1][live]
         hi = trie.child_hi[level - 1][live]
         kids = concat_ranges(lo, hi)
         if kids.size == 0:
             break
         parent_pos = np.repeat(np.arange(live.size), hi - lo)
-        nxt = dense.table[state[parent_pos], trie.byte[level][kids]].astype(np.int64)
+        kid_bytes = trie.byte[level][kids]
+        nxt = dense.table[state[parent_pos], kid_bytes].astype(np.int64)
         kid_flag = flag[parent_pos]
+        if level > 1:
+            # Tokens going on below a node pass its state: if the base frame can end there
+            # and the next byte can follow it, what follows depends on the context.
+            kid_flag = kid_flag | (dense.finishes[state][parent_pos] & follow[kid_bytes])
         ok = nxt >= 0
         if not ok.all():
             dead = kids[~ok & kid_flag]
@@ -236,7 +247,7 @@ def classify_tokens_numpy(dense: DenseStates, table: TokenTable, base: int) -> S
 
 def _walk_rows(dense: DenseStates, table: TokenTable, depth: int, lo_rows: np.ndarray,
                hi_rows: np.ndarray, states: np.ndarray, flags: np.ndarray,
-               allowed_rows: np.ndarray, needs: list[np.ndarray]) -> None:
+               allowed_rows: np.ndarray, needs: list[np.ndarray], follow: np.ndarray) -> None:
     """Finish ``classify_tokens`` token by token: the rows below each live node at ``depth``
     (which sit in ``states`` with ``flags``) continue from byte ``depth`` on."""
     trie = table.trie
@@ -256,7 +267,7 @@ def _walk_rows(dense: DenseStates, table: TokenTable, depth: int, lo_rows: np.nd
                 if not filled[st]:
                     dense.ensure_rows(np.array([st]))
                     filled = dense.filled
-                if i >= 1 and dense.finishes[st]:
+                if i >= 1 and dense.finishes[st] and follow[data[i]]:
                     passed = True
                 st = int(dense.table[st, data[i]])
                 if st < 0:
@@ -342,7 +353,8 @@ class MaskCache:
             # Deeply recursive grammars can keep minting states: start the table afresh
             # (verdicts already computed stay valid; they hold masks, not state ids).
             self.dense = DenseStates(self.parser)
-        got = classify_tokens(self.dense, self.table, self.dense.intern(frozenset(((q,),))))
+        got = classify_tokens(self.dense, self.table, self.dense.intern(frozenset(((q,),))),
+                              follow=self.auto.follow_of(q))
         # Shared by the shape when the walk never looked as far as the repetition's maximum.
         if shape is not None and got.depth < shape[1]:
             store, at = self._horizon_verdicts, shape[0]
@@ -433,7 +445,8 @@ class MaskCache:
         if len(self.dense) > DENSE_STATE_LIMIT:
             self.dense = DenseStates(self.parser)
             self._verdicts = MemoStore()  # its bytes leave the budget with it
-        got = classify_tokens(self.dense, self.table, self.dense.intern(state), only_rows=needs)
+        got = classify_tokens(self.dense, self.table, self.dense.intern(state), only_rows=needs,
+                              follow=_NO_BYTES)
         if key is not None and got.depth < shape[1]:
             self._full_verdicts[key] = got
             self.budget.charge(self._full_verdicts, key,

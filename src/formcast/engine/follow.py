@@ -1,0 +1,104 @@
+"""FOLLOW sets of call rules, as bytes: what can come right after a rule returns.
+
+A token walked from the position of one rule frame (``MaskCache.verdict``) may run past the
+frame's end; whether it can go on there depends on the frames below, so such a token
+"needs the context" and is decided by a second, exact walk from the whole parser state. In
+JSON most tokens pass some point where a value could end (``" the"`` after a number: the
+value's trailing whitespace, then ``t``), so without a bound nearly half the vocabulary
+would need that second walk. The byte right after the frame's end is the first byte of what
+follows the rule in some context, and that is a small set here (``,`` ``}`` ``]`` and
+whitespace): a token whose next byte is outside it is refused in every context.
+
+The sets over-approximate (a copy of a lazily pasted repetition is taken to go on with the
+first copy or leave), which is safe: a byte wrongly in the set only sends a token to the
+exact walk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from formcast.engine.nfa import NFA
+
+
+def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[str],
+                 live: list[bool]) -> np.ndarray:
+    """``out[r, b]``: byte ``b`` can come right after rule ``order[r]`` returns, in some
+    context (bool, one row per call rule)."""
+    index = {name: i for i, name in enumerate(order)}
+    ends = {fragments[name][1]: i for i, name in enumerate(order)}
+    n_rules = len(order)
+    first = np.zeros((n_rules, 256), dtype=bool)
+    nullable = [False] * n_rules
+    starts = [fragments[name][0] for name in order]
+
+    def reach(s: int) -> tuple[np.ndarray, set[int]]:
+        """Bytes that can come first from NFA state ``s`` without leaving its rule, and the
+        rules whose end can be reached without a byte."""
+        out = np.zeros(256, dtype=bool)
+        seen = {s}
+        work = [s]
+        ended: set[int] = set()
+        while work:
+            x = work.pop()
+            if x in ends:
+                ended.add(ends[x])
+            following = list(nfa.eps[x])
+            lazy = nfa.lazy_exits.get(x)
+            if lazy is not None:  # any copy starts like the first; or the repetition ends
+                record = lazy[0]
+                following += [record.first, record.end]
+            for lo, hi, t in nfa.byte_edges[x]:
+                if live[t]:
+                    out[lo:hi + 1] = True
+            for name, t in nfa.call_edges[x]:
+                r = index.get(name)
+                if r is None or not live[t] or not live[starts[r]]:
+                    continue
+                out |= first[r]
+                if nullable[r]:
+                    following.append(t)
+            for y in following:
+                if y not in seen and live[y]:
+                    seen.add(y)
+                    work.append(y)
+        return out, ended
+
+    # FIRST and nullability of each rule, to a fixpoint (rules call each other).
+    changed = True
+    while changed:
+        changed = False
+        for r, s in enumerate(starts):
+            if not live[s]:
+                continue
+            got, ended = reach(s)
+            is_nullable = r in ended
+            if (got & ~first[r]).any() or is_nullable != nullable[r]:
+                first[r] |= got
+                nullable[r] = nullable[r] or is_nullable
+                changed = True
+
+    # Every call site: what follows the call in its rule, and whose FOLLOW it inherits when
+    # its rule can end right after the call.
+    follow = np.zeros((n_rules, 256), dtype=bool)
+    inherits: list[tuple[int, set[int]]] = []
+    for x in range(len(nfa.eps)):
+        if not live[x]:
+            continue
+        for name, t in nfa.call_edges[x]:
+            r = index.get(name)
+            if r is None or not live[t]:
+                continue
+            got, ended = reach(t)
+            follow[r] |= got
+            if ended:
+                inherits.append((r, ended))
+    changed = True
+    while changed:
+        changed = False
+        for r, ended in inherits:
+            for e in ended:
+                if (follow[e] & ~follow[r]).any():
+                    follow[r] |= follow[e]
+                    changed = True
+    return follow
