@@ -125,10 +125,10 @@ def _native_slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np
     """:func:`_slice_chain` in C: the chain, and the bytes outside the slice as 256 bits in 4
     little-endian words (empty arrays: no slice).
 
-    When the base and its slice successor are the same position of a counted repetition one
-    copy apart (equal :meth:`Automaton.copy_shape`), the chain repeats for the whole horizon:
-    its later entries are left -1 and the C walk follows slice bytes instead, so a mask at the
-    start of a ``maxLength: 400`` string does not build 80 positions ahead first.
+    When two consecutive states of the chain are the same position of a counted repetition
+    one copy apart (equal :meth:`Automaton.copy_shape`), the chain repeats for the whole
+    horizon: its later entries are left -1 and the C walk follows slice bytes instead, so a
+    mask at the start of a ``maxLength: 400`` string does not build 80 positions ahead first.
     """
     dense.ensure_rows(np.array([base]))
     chain = np.empty(horizon + 1, dtype=np.int64)
@@ -137,9 +137,22 @@ def _native_slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np
     if length == 0:
         return _EMPTY_INT64, _EMPTY_UINT64
     outside = np.packbits(slice_bytes == 0, bitorder="little").view("<u8")
-    if horizon >= 1 and length == 2 and _one_copy_apart(dense, int(chain[0]), int(chain[1]), horizon):
-        chain[2:] = -1
-        return chain, outside
+    # The first step may differ from the rest (a minLength not met yet at the base, or the
+    # base outside the repetition), so the repeat is looked for from either of the first two.
+    for k in (0, 1):
+        if horizon < k + 1:
+            break
+        if length < k + 2:
+            length = _fill_chain(dense, base, k + 1, chain, slice_bytes)
+            if length < k + 2:
+                break
+        reach = _one_copy_apart(dense, int(chain[k]), int(chain[k + 1]))
+        if reach > k + 2:
+            # Tokens up to ``reach`` bytes stay where every copy behaves alike: the chain
+            # vouches for tokens shorter than its length, so it stops there.
+            length = min(horizon, reach - 1) + 1
+            chain[k + 2:length] = -1
+            return chain[:length].copy(), outside
     length = _fill_chain(dense, base, horizon, chain, slice_bytes)
     return chain[:length].copy(), outside
 
@@ -155,18 +168,20 @@ def _fill_chain(dense: DenseStates, base: int, horizon: int, chain: np.ndarray,
         dense.ensure_rows(np.array([missing]))
 
 
-def _one_copy_apart(dense: DenseStates, first: int, second: int, horizon: int) -> bool:
-    """Whether two one-frame parser states behave alike for ``horizon`` bytes."""
+def _one_copy_apart(dense: DenseStates, first: int, second: int) -> int:
+    """How many bytes two one-frame parser states behave alike for, as the same position of
+    a counted repetition one copy apart (0: they are not)."""
     a, b = dense.state(first), dense.state(second)
     if len(a) != 1 or len(b) != 1:
-        return False
+        return 0
     (stack_a,), (stack_b,) = a, b
     if len(stack_a) != 1 or len(stack_b) != 1 or stack_a == stack_b:
-        return False
+        return 0
     auto = dense.parser.auto
     shape_a, shape_b = auto.copy_shape(stack_a[0]), auto.copy_shape(stack_b[0])
-    return (shape_a is not None and shape_b is not None and shape_a[0] == shape_b[0]
-            and min(shape_a[1], shape_b[1]) > horizon)
+    if shape_a is None or shape_b is None or shape_a[0] != shape_b[0]:
+        return 0
+    return min(shape_a[1], shape_b[1])
 
 
 def classify_tokens_numpy(dense: DenseStates, table: TokenTable, base: int,
