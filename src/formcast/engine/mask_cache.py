@@ -135,7 +135,7 @@ def _native_slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np
     slice_bytes = np.zeros(256, dtype=np.uint8)
     length = _fill_chain(dense, base, min(horizon, 1), chain, slice_bytes)
     if length == 0:
-        return _EMPTY_INT64, _EMPTY_UINT64
+        return _chain_after_first_byte(dense, base, horizon)
     outside = np.packbits(slice_bytes == 0, bitorder="little").view("<u8")
     # The first step may differ from the rest (a minLength not met yet at the base, or the
     # base outside the repetition), so the repeat is looked for from either of the first two.
@@ -154,7 +154,52 @@ def _native_slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np
             chain[k + 2:length] = -1
             return chain[:length].copy(), outside
     length = _fill_chain(dense, base, horizon, chain, slice_bytes)
-    return chain[:length].copy(), outside
+    chain = chain[:length].copy()
+    wider = _wider_slice(dense, chain)
+    if wider is not None:
+        outside = np.packbits(~wider, bitorder="little").view("<u8")
+    return chain, outside
+
+
+def _chain_after_first_byte(dense: DenseStates, base: int,
+                            horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """A chain for a base without a slice of its own: from its most common successor on.
+
+    The walk takes a token's first byte itself (the chain only vouches from its second
+    state on), so the slice may start one byte late: after ``(`` in an arithmetic grammar
+    the first letter splits into function names and identifiers, but from there on every
+    identifier byte leads to the next identifier state."""
+    row = dense.table[base]
+    targets = row[row >= 0]
+    if targets.size == 0 or horizon < 2:
+        return _EMPTY_INT64, _EMPTY_UINT64
+    values, counts = np.unique(targets, return_counts=True)
+    first = int(values[counts.argmax()])
+    dense.ensure_rows(np.array([first]))
+    chain = np.empty(horizon + 1, dtype=np.int64)
+    chain[0] = base
+    slice_bytes = np.zeros(256, dtype=np.uint8)
+    length = _fill_chain(dense, first, horizon - 1, chain[1:], slice_bytes)
+    if length == 0:
+        return _EMPTY_INT64, _EMPTY_UINT64
+    return chain[:length + 1].copy(), np.packbits(slice_bytes == 0, bitorder="little").view("<u8")
+
+
+def _wider_slice(dense: DenseStates, chain: np.ndarray) -> np.ndarray | None:
+    """A larger slice for the same chain, or None: the bytes leading from ``chain[1]`` to
+    ``chain[2]``, when each of them also leads from every later state to the next.
+
+    The walk takes a token's first byte itself and needs the slice to hold only from the
+    first chain state on, where it is often wider than at the base: after ``(`` in an
+    arithmetic grammar the base's slice is the letters that start no function name, the
+    next state's is every identifier byte, so ``the`` is taken as a block, not walked."""
+    if chain.size < 3:
+        return None
+    table = dense.table
+    wider = table[chain[1]] == chain[2]
+    if chain.size > 3 and not (table[chain[2:-1]][:, wider] == chain[3:, None]).all():
+        return None
+    return wider
 
 
 def _fill_chain(dense: DenseStates, base: int, horizon: int, chain: np.ndarray,
