@@ -1,10 +1,11 @@
 /* The token-trie walk of a cold mask, in C.
  *
- * The Python engine decides *which* automaton states exist and fills their byte rows; this
- * module only walks the vocabulary's trie through rows that are already filled, depth first,
- * and hands back the (node, state) pairs that stopped at a row not filled yet. The caller fills
- * those rows and calls again with them, until nothing is pending. The per-node work is what
- * the numpy walk in mask_cache.classify_tokens does one level at a time:
+ * The engine decides *which* automaton states exist and fills their byte rows; this module
+ * walks the vocabulary's trie through them, depth first. One-frame states it meets unfilled
+ * are built on the spot by the C determiniser (through its capsule); at any other unfilled
+ * state it stops and hands back the (node, state) pairs, which the caller fills and passes
+ * in again, until nothing is pending. The per-node work is what the numpy walk in
+ * mask_cache.classify_tokens does one level at a time:
  *
  *   - a child whose byte the state refuses prunes every token below it; if the base frame
  *     could end somewhere on the way ("flag"), those tokens need the context instead;
@@ -72,7 +73,13 @@ static int any_between(const int64_t *sorted, Py_ssize_t n, int64_t lo, int64_t 
     return a < n && sorted[a] < hi;
 }
 
-#define N_BUFS 19
+#define N_BUFS 12
+
+/* One trie node, its fields side by side: the walk reads most of them for every child it
+ * visits, and one cache line a node beats seven arrays (FlatTrie.nodes, int32 x 8). */
+typedef struct {
+    int32_t first_child, end_child, row_lo, row_hi, end_count, maxlen, depth, byte;
+} Node;
 
 /* The determiniser's C entry points (NULL until a walk is given a Core). */
 static const FormcastDeterminiseAPI *determinise_api = NULL;
@@ -81,10 +88,9 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objs[N_BUFS];
     PyObject *core = Py_None;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOOO|O", &objs[0], &objs[1], &objs[2], &objs[3],
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO|O", &objs[0], &objs[1], &objs[2], &objs[3],
                           &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &objs[10],
-                          &objs[11], &objs[12], &objs[13], &objs[14], &objs[15], &objs[16],
-                          &objs[17], &objs[18], &core))
+                          &objs[11], &core))
         return NULL;
     /* With a determiniser Core, one-frame states met unfilled are built here, in C. */
     int fill_inline = core != Py_None;
@@ -93,14 +99,13 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         if (!determinise_api) return NULL;
     }
     static const char *names[N_BUFS] = {
-        "table", "filled", "finishes", "first_child", "end_child", "byte", "row_lo", "row_hi",
-        "end_count", "maxlen", "depth", "subtree_bytes", "ids", "chain", "outside_bytes",
+        "table", "filled", "finishes", "nodes", "subtree_bytes", "ids", "chain", "outside_bytes",
         "pending_in", "allowed", "only_rows", "follow"};
-    static const Py_ssize_t sizes[N_BUFS] = {4, 1, 1, 4, 4, 1, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8, 1, 8, 1};
+    static const Py_ssize_t sizes[N_BUFS] = {4, 1, 1, 4, 8, 4, 8, 8, 8, 1, 8, 1};
     Buf bufs[N_BUFS];
     memset(bufs, 0, sizeof(bufs));
     for (int i = 0; i < N_BUFS; i++) {
-        if (get_buf(objs[i], &bufs[i], i == 16 || (fill_inline && i <= 2), sizes[i], names[i]) < 0) {
+        if (get_buf(objs[i], &bufs[i], i == 9 || (fill_inline && i <= 2), sizes[i], names[i]) < 0) {
             release(bufs, N_BUFS);
             return NULL;
         }
@@ -108,36 +113,29 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     int32_t *table = bufs[0].b.buf;
     uint8_t *filled = bufs[1].b.buf;
     uint8_t *finishes = bufs[2].b.buf;
-    const int32_t *first_child = bufs[3].b.buf;
-    const int32_t *end_child = bufs[4].b.buf;
-    const uint8_t *byte = bufs[5].b.buf;
-    const int32_t *row_lo = bufs[6].b.buf;
-    const int32_t *row_hi = bufs[7].b.buf;
-    const int32_t *end_count = bufs[8].b.buf;
-    const int32_t *maxlen = bufs[9].b.buf;
-    const int32_t *depth_of = bufs[10].b.buf;
-    const uint64_t *subtree = bufs[11].b.buf; /* 4 words a node: bytes used below it */
-    const int64_t *ids = bufs[12].b.buf;      /* token id of each row */
-    const int64_t *chain = bufs[13].b.buf;
-    const uint64_t *outside = bufs[14].b.buf; /* 4 words: bytes not in the slice */
-    const int64_t *pending_in = bufs[15].b.buf;
-    uint8_t *allowed = bufs[16].b.buf; /* per token id (a numpy bool array) */
+    const Node *nodes = bufs[3].b.buf;
+    const uint64_t *subtree = bufs[4].b.buf; /* 4 words a node: bytes used below it */
+    const int32_t *ids = bufs[5].b.buf;      /* token id of each row */
+    const int64_t *chain = bufs[6].b.buf;
+    const uint64_t *outside = bufs[7].b.buf; /* 4 words: bytes not in the slice */
+    const int64_t *pending_in = bufs[8].b.buf;
+    uint8_t *allowed = bufs[9].b.buf; /* per token id (a numpy bool array) */
     Py_ssize_t n_states = bufs[1].b.len;
-    Py_ssize_t n_nodes = bufs[3].b.len / 4;
-    Py_ssize_t n_rows = bufs[12].b.len / 8;
-    Py_ssize_t n_ids = bufs[16].b.len;
-    Py_ssize_t chain_len = bufs[13].b.len / 8;
-    int use_slice = chain_len > 0 && bufs[14].b.len == 32;
-    Py_ssize_t n_in = bufs[15].b.len / 8 / 3;
+    Py_ssize_t n_nodes = bufs[3].b.len / (Py_ssize_t)sizeof(Node);
+    Py_ssize_t n_rows = bufs[5].b.len / 4;
+    Py_ssize_t n_ids = bufs[9].b.len;
+    Py_ssize_t chain_len = bufs[6].b.len / 8;
+    int use_slice = chain_len > 0 && bufs[7].b.len == 32;
+    Py_ssize_t n_in = bufs[8].b.len / 8 / 3;
     /* Sorted token rows the walk is limited to (empty: all): a child is skipped when none
      * of them lies below it. */
-    const int64_t *only = bufs[17].b.buf;
-    Py_ssize_t n_only = bufs[17].b.len / 8;
+    const int64_t *only = bufs[10].b.buf;
+    Py_ssize_t n_only = bufs[10].b.len / 8;
     /* Bytes that can follow the base frame's end in some context: a token that passes a point
      * where the frame could end goes on in the context only with one of them next. */
-    const uint8_t *follow = bufs[18].b.buf;
-    if (bufs[11].b.len != 32 * n_nodes || bufs[0].b.len < 4 * 256 * n_states ||
-        bufs[18].b.len != 256) {
+    const uint8_t *follow = bufs[11].b.buf;
+    if (bufs[3].b.len % (Py_ssize_t)sizeof(Node) || bufs[4].b.len != 32 * n_nodes ||
+        bufs[0].b.len < 4 * 256 * n_states || bufs[11].b.len != 256) {
         release(bufs, N_BUFS);
         PyErr_SetString(PyExc_ValueError, "trie walk: array sizes do not match");
         return NULL;
@@ -201,38 +199,40 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             if (!push3(&pending, &pending_cap, &n_pending, g, s, flag)) { bad = 2; break; }
             continue;
         }
-        int32_t d = depth_of[g];
+        const Node *node = nodes + g;
+        int32_t d = node->depth;
         /* bit 0 of flag: the base frame could end on the way, with a byte that can follow it
          * next; bit 1: the path left the slice (a byte outside it), so the chain no longer
          * vouches for what follows. */
         int ends_here = d > 0 && finishes[s];
         const int32_t *row = table + 256 * s;
-        if (first_child[g] < end_child[g] && d + 1 > reached) reached = d + 1;
-        for (int32_t c = first_child[g]; c < end_child[g] && !bad; c++) {
+        if (node->first_child < node->end_child && d + 1 > reached) reached = d + 1;
+        for (int32_t c = node->first_child; c < node->end_child && !bad; c++) {
             if (c < 0 || c >= n_nodes) { bad = 1; break; }
-            if (n_only && !any_between(only, n_only, row_lo[c], row_hi[c])) continue;
-            int64_t child_flag = flag | (ends_here && follow[byte[c]]);
-            int32_t ns = row[byte[c]];
+            const Node *kid = nodes + c;
+            if (n_only && !any_between(only, n_only, kid->row_lo, kid->row_hi)) continue;
+            int64_t child_flag = flag | (ends_here && follow[(kid->byte & 255)]);
+            int32_t ns = row[(kid->byte & 255)];
             if (ns < 0) {
-                if (child_flag & 1) NEED(row_lo[c], row_hi[c])
+                if (child_flag & 1) NEED(kid->row_lo, kid->row_hi)
                 continue;
             }
-            ALLOW(row_lo[c], row_lo[c] + end_count[c])
-            if (use_slice && (outside[byte[c] >> 6] >> (byte[c] & 63)) & 1) child_flag |= 2;
+            ALLOW(kid->row_lo, kid->row_lo + kid->end_count)
+            if (use_slice && (outside[(kid->byte & 255) >> 6] >> ((kid->byte & 255) & 63)) & 1) child_flag |= 2;
             /* On the chain: its state says so, or (for a chain known to repeat, whose later
              * entries are -1) every byte so far was a slice byte. */
             int on_chain = use_slice && d + 1 < chain_len &&
                            (chain[d + 1] >= 0 ? ns == chain[d + 1] : !(child_flag & 2));
-            if (on_chain && maxlen[c] < chain_len) {
+            if (on_chain && kid->maxlen < chain_len) {
                 const uint64_t *below = subtree + 4 * (size_t)c;
                 if (!((below[0] & outside[0]) | (below[1] & outside[1]) |
                       (below[2] & outside[2]) | (below[3] & outside[3]))) {
-                    if (maxlen[c] > reached) reached = maxlen[c];
-                    ALLOW(row_lo[c], row_hi[c])
+                    if (kid->maxlen > reached) reached = kid->maxlen;
+                    ALLOW(kid->row_lo, kid->row_hi)
                     continue;
                 }
             }
-            if (first_child[c] < end_child[c] &&
+            if (kid->first_child < kid->end_child &&
                 !push3(&stack, &stack_cap, &top, c, ns, child_flag)) {
                 bad = 2;
                 break;
@@ -363,9 +363,8 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
-     "walk(table, filled, finishes, first_child, end_child, byte, row_lo, row_hi, end_count, "
-     "maxlen, depth, subtree_bytes, ids, chain, outside_bytes, pending_in, allowed, only_rows, "
-     "follow[, core]) -> (bytes "
+     "walk(table, filled, finishes, nodes, subtree_bytes, ids, chain, outside_bytes, pending_in, "
+     "allowed, only_rows, follow[, core]) -> (bytes "
      "of int64 (node, state, flag) triples that stopped at unfilled rows, bytes of int64 ids "
      "of tokens that need the context, deepest byte looked at); allowed token ids are set to 1 "
      "in allowed; with a determiniser Core, one-frame states are built on the way"},

@@ -111,9 +111,8 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
         dense.ensure_rows(pending[1::3])
         raw, needing, reached = _trie_walk.walk(
             dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8),
-            flat.first_child, flat.end_child, flat.byte, flat.row_lo, flat.row_hi,
-            flat.end_count, flat.maxlen, flat.depth, flat.subtree_bytes, trie.ids, chain,
-            outside, pending, allowed, only_rows, follow, core)
+            flat.nodes, flat.subtree_bytes, flat.ids, chain, outside, pending, allowed,
+            only_rows, follow, core)
         pending = np.frombuffer(raw, dtype=np.int64)
         if needing:
             needs.append(needing)
