@@ -11,7 +11,8 @@ whitespace): a token whose next byte is outside it is refused in every context.
 
 The sets over-approximate (a copy of a lazily pasted repetition is taken to go on with the
 first copy or leave), which is safe: a byte wrongly in the set only sends a token to the
-exact walk.
+exact walk. Call sites are those the NFA builder made; a pasted copy of one calls the same
+rule with the same continuation, so it adds nothing.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[st
     # its rule can end right after the call.
     follow = np.zeros((n_rules, 256), dtype=bool)
     inherits: list[tuple[int, set[int]]] = []
-    for x in range(len(nfa.eps)):
+    for x in sorted(set(nfa.call_sites)):
         if not live[x]:
             continue
         for name, t in nfa.call_edges[x]:

@@ -52,6 +52,9 @@ class NFA:
     # state inside a copy of a lazy repetition -> (the repetition, copy index); its offset in
     # the copy is the state minus LazyRepeat.entry_of(copy index)
     copy_of: dict[int, tuple[LazyRepeat, int]] = field(default_factory=dict)
+    # states given a call edge while building (pasted copies of them are not listed: every
+    # copy calls the same rules with the same continuation as the state it copies)
+    call_sites: list[int] = field(default_factory=list)
 
     def new_state(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
@@ -591,6 +594,7 @@ class _Builder:
         if name in self.call_rules or name in path:
             self.call_rules.add(name)
             self.nfa.call_edges[start].append((name, end))  # type: ignore[arg-type]
+            self.nfa.call_sites.append(start)
             return
         nfa = self.nfa
         entry = nfa.new_state()
