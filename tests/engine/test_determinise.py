@@ -161,3 +161,23 @@ def test_the_c_determiniser_refuses_a_state_it_does_not_have():
     auto = _automaton(grammar, True, 0)
     with pytest.raises(IndexError, match="DFA state 99 out of range"):
         auto._core.ensure(99)
+
+
+@pytest.mark.parametrize("native", [False, pytest.param(True, marks=needs_native)])
+def test_a_repetition_outgrowing_the_automaton_bound_is_refused_clearly(monkeypatch, native):
+    """Copies of a long repetition are pasted while states are built, inside the C closure
+    too: past the bound the error is the GrammarError that names it, not a crash, and the
+    automaton keeps what it had."""
+    from formcast.engine import nfa as nfa_module
+
+    monkeypatch.setattr(nfa_module, "MAX_NFA_STATES", 400)
+    grammar = Grammar.from_regex("(ab|cd|ef){0,500}")
+    nfa, fragments, order, live = build_nfa(grammar)
+    auto = Automaton(nfa, fragments, order, live, grammar.start, native=native)
+    parser = Parser(auto)
+    state = parser.initial
+    with pytest.raises(GrammarError, match="too large to compile"):
+        for _ in range(500):
+            state = parser.advance(state, b"ab")
+            assert state
+    assert parser.advance(parser.initial, b"cd")  # states built before the error still work
