@@ -24,6 +24,12 @@
 
 #include "_determinise_api.h"
 
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)(p))
+#endif
+
 typedef struct {
     Py_buffer b;
     int held;
@@ -232,10 +238,14 @@ static PyObject *walk(PyObject *self, PyObject *args) {
                     continue;
                 }
             }
-            if (kid->first_child < kid->end_child &&
-                !push3(&stack, &stack_cap, &top, c, ns, child_flag)) {
-                bad = 2;
-                break;
+            if (kid->first_child < kid->end_child) {
+                /* visited soon (depth first): fetch its children and its state's row early */
+                PREFETCH(nodes + kid->first_child);
+                PREFETCH(table + 256 * (size_t)ns);
+                if (!push3(&stack, &stack_cap, &top, c, ns, child_flag)) {
+                    bad = 2;
+                    break;
+                }
             }
         }
     }
