@@ -181,3 +181,22 @@ def test_a_repetition_outgrowing_the_automaton_bound_is_refused_clearly(monkeypa
             state = parser.advance(state, b"ab")
             assert state
     assert parser.advance(parser.initial, b"cd")  # states built before the error still work
+
+
+@needs_native
+@pytest.mark.parametrize("name", ["schema/invoice.schema.json", "schema/many_enums.schema.json",
+                                  "gbnf/checklist.gbnf", "json/json.gbnf"])
+def test_c_and_python_pastes_build_the_same_nfa(monkeypatch, name):
+    """Fragment copies (inlined rules at compile time, repetition copies while determinising)
+    are pasted in C when the extension is built: the same NFA, edge for edge."""
+    path = GRAMMARS / name
+    text = path.read_text()
+    grammar = (Grammar.from_gbnf(text) if path.suffix == ".gbnf"
+               else Grammar.from_json_schema(json.loads(text), strict=False))
+    c = _automaton(grammar, True, 1500)._nfa
+    monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
+    py = _automaton(grammar, False, 1500)._nfa
+    assert len(c.eps) > 1000
+    assert c.eps == py.eps
+    assert c.byte_edges == py.byte_edges
+    assert c.call_edges == py.call_edges

@@ -1110,6 +1110,90 @@ static PyObject *core_n_states(Core *c, void *closure) {
     return PyLong_FromSsize_t(c->n_states);
 }
 
+/* paste(eps, byte_edges, call_edges, edges, delta): append shifted copies of snapshotted NFA
+ * states, every edge target plus delta, replacing the last state (the copy's entry, allocated
+ * by the caller). `edges` holds one (eps, byte edges, call edges) tuple of lists a state. */
+static PyObject *paste(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *eps, *byte_edges, *call_edges, *edges;
+    long delta;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!l", &PyList_Type, &eps, &PyList_Type, &byte_edges,
+                          &PyList_Type, &call_edges, &PyList_Type, &edges, &delta))
+        return NULL;
+    Py_ssize_t entry = PyList_GET_SIZE(eps) - 1;
+    if (entry < 0 || PyList_GET_SIZE(byte_edges) != entry + 1 ||
+        PyList_GET_SIZE(call_edges) != entry + 1) {
+        PyErr_SetString(PyExc_ValueError, "paste: the NFA lists differ in length");
+        return NULL;
+    }
+    if (PyList_SetSlice(eps, entry, entry + 1, NULL) < 0 ||
+        PyList_SetSlice(byte_edges, entry, entry + 1, NULL) < 0 ||
+        PyList_SetSlice(call_edges, entry, entry + 1, NULL) < 0)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(edges);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(edges, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            PyErr_SetString(PyExc_TypeError, "paste: edges are (eps, byte edges, call edges)");
+            return NULL;
+        }
+        PyObject *parts[3] = {NULL, NULL, NULL};
+        PyObject *outs[3] = {eps, byte_edges, call_edges};
+        for (int k = 0; k < 3; k++) {
+            Py_ssize_t m;
+            PyObject **src;
+            if (items_of(PyTuple_GET_ITEM(item, k), &src, &m, "pasted edges") < 0) goto fail;
+            PyObject *list = parts[k] = PyList_New(m);
+            if (!list) goto fail;
+            for (Py_ssize_t j = 0; j < m; j++) {
+                PyObject *x = src[j], *out;
+                if (k == 0) {
+                    long t = PyLong_AsLong(x);
+                    if (t == -1 && PyErr_Occurred()) goto fail;
+                    out = PyLong_FromLong(t + delta);
+                } else {
+                    Py_ssize_t width = k == 1 ? 3 : 2;
+                    if (!PyTuple_Check(x) || PyTuple_GET_SIZE(x) != width) {
+                        PyErr_SetString(PyExc_TypeError, "paste: malformed edge");
+                        goto fail;
+                    }
+                    long t = PyLong_AsLong(PyTuple_GET_ITEM(x, width - 1));
+                    if (t == -1 && PyErr_Occurred()) goto fail;
+                    out = PyTuple_New(width);
+                    PyObject *target = out ? PyLong_FromLong(t + delta) : NULL;
+                    if (!target) {
+                        Py_XDECREF(out);
+                        goto fail;
+                    }
+                    for (Py_ssize_t f = 0; f + 1 < width; f++) {
+                        PyObject *field = PyTuple_GET_ITEM(x, f);
+                        Py_INCREF(field);
+                        PyTuple_SET_ITEM(out, f, field);
+                    }
+                    PyTuple_SET_ITEM(out, width - 1, target);
+                }
+                if (!out) goto fail;
+                PyList_SET_ITEM(list, j, out);
+            }
+        }
+        for (int k = 0; k < 3; k++) {
+            int bad = PyList_Append(outs[k], parts[k]);
+            Py_CLEAR(parts[k]);
+            if (bad < 0) goto fail;
+        }
+        continue;
+    fail:
+        for (int k = 0; k < 3; k++) Py_XDECREF(parts[k]);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"paste", paste, METH_VARARGS,
+     "paste(eps, byte_edges, call_edges, edges, delta): append shifted copies of NFA states"},
+    {NULL, NULL, 0, NULL}};
+
 static PyMethodDef core_methods[] = {
     {"intern_start", (PyCFunction)core_intern_start, METH_VARARGS,
      "intern_start(rule, start) -> id of the DFA state at the start of a rule"},
@@ -1141,8 +1225,8 @@ static PyTypeObject CoreType = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_determinise",
-                                    "Lazy NFA determinisation for cold masks.", -1, NULL, NULL,
-                                    NULL, NULL, NULL};
+                                    "Lazy NFA determinisation for cold masks.", -1,
+                                    module_methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__determinise(void) {
     if (PyType_Ready(&CoreType) < 0) return NULL;

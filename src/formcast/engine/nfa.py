@@ -14,6 +14,7 @@ enters them: that is what makes "a walk under the mask never reaches a dead end"
 from __future__ import annotations
 
 import heapq
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -31,6 +32,11 @@ from formcast.grammar.ir import (
     iter_refs,
     utf8_byte_sequences,
 )
+
+try:  # the optional C extension (setup.py): pastes fragment copies; Python does the same
+    from formcast.engine import _determinise
+except ImportError:  # pragma: no cover - depends on the build
+    _determinise = None
 
 # A rule whose inlined automaton would exceed this many NFA states is kept as a call rule
 # even when it is not recursive: inlining is only an optimisation, calls are always correct.
@@ -65,6 +71,11 @@ class NFA:
         return len(self.eps) - 1
 
 
+def native_paste_enabled() -> bool:
+    """Whether fragment copies are pasted in C (``FORMCAST_PURE_PYTHON=1`` turns it off)."""
+    return not os.environ.get("FORMCAST_PURE_PYTHON")
+
+
 def _too_large() -> GrammarError:
     return GrammarError(
         f"grammar is too large to compile: more than {MAX_NFA_STATES} automaton states "
@@ -80,6 +91,9 @@ def _paste_edges(nfa: NFA, edges: list, entry: int, delta: int) -> None:
         raise AssertionError("a fragment is pasted right after its entry state")
     if len(nfa.eps) + len(edges) > MAX_NFA_STATES:
         raise _too_large()
+    if _determinise is not None and native_paste_enabled():
+        _determinise.paste(nfa.eps, nfa.byte_edges, nfa.call_edges, edges, delta)
+        return
     del nfa.eps[entry], nfa.byte_edges[entry], nfa.call_edges[entry]
     shift = delta.__add__
     nfa.eps.extend([list(map(shift, eps)) for eps, _, _ in edges])
