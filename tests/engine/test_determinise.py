@@ -12,12 +12,11 @@ fallback honest for machines without a compiler.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections import deque
-from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmark_grammars import GRAMMAR_PATHS, GRAMMARS, load_grammar
 from hypothesis import given
 from test_matcher_fuzz import fuzz_settings, grammars
 
@@ -30,7 +29,6 @@ from formcast.grammar.ir import Grammar
 
 needs_native = pytest.mark.skipif(determinise._determinise is None,
                                   reason="the C determiniser is not built here")
-GRAMMARS = Path(__file__).resolve().parents[2] / "benchmarks" / "grammars"
 
 
 def _automaton(grammar: Grammar, native: bool, limit: int) -> Automaton:
@@ -82,20 +80,11 @@ def test_c_and_python_determinisers_agree_on_random_grammars(grammar):
 
 
 @needs_native
-@pytest.mark.parametrize("path", sorted(p for p in GRAMMARS.glob("*/*") if p.suffix in
-                                        (".gbnf", ".regex", ".json") and
-                                        "samples" not in p.name), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", GRAMMAR_PATHS, ids=lambda p: p.name)
 def test_c_and_python_determinisers_agree_on_benchmark_grammars(path):
     """Including lazily pasted repetition copies (``maxLength``, ``{0,20}`` indentation),
     rule calls (json.gbnf) and UTF-8 classes: the first 1500 states, breadth first."""
-    text = path.read_text()
-    if path.suffix == ".gbnf":
-        grammar = Grammar.from_gbnf(text)
-    elif path.suffix == ".regex":
-        grammar = Grammar.from_regex(text.strip())
-    else:
-        grammar = Grammar.from_json_schema(json.loads(text), strict=False)
-    _assert_same_automaton(grammar)
+    _assert_same_automaton(load_grammar(path))
 
 
 @needs_native
@@ -148,10 +137,7 @@ def test_c_and_python_parser_rows_agree_on_random_grammars(grammar):
 @pytest.mark.parametrize("name", ["json/json.gbnf", "gbnf/arithmetic.gbnf", "gbnf/c_like.gbnf",
                                   "schema/tree.schema.json"])
 def test_c_and_python_parser_rows_agree_on_recursive_grammars(name):
-    path = GRAMMARS / name
-    text = path.read_text()
-    grammar = (Grammar.from_gbnf(text) if path.suffix == ".gbnf"
-               else Grammar.from_json_schema(json.loads(text), strict=False))
+    grammar = load_grammar(GRAMMARS / name)
     assert _parser_rows(grammar, True, 800) == _parser_rows(grammar, False, 800)
 
 
@@ -189,10 +175,7 @@ def test_a_repetition_outgrowing_the_automaton_bound_is_refused_clearly(monkeypa
 def test_c_and_python_pastes_build_the_same_nfa(monkeypatch, name):
     """Fragment copies (inlined rules at compile time, repetition copies while determinising)
     are pasted in C when the extension is built: the same NFA, edge for edge."""
-    path = GRAMMARS / name
-    text = path.read_text()
-    grammar = (Grammar.from_gbnf(text) if path.suffix == ".gbnf"
-               else Grammar.from_json_schema(json.loads(text), strict=False))
+    grammar = load_grammar(GRAMMARS / name)
     c = _automaton(grammar, True, 1500)._nfa
     monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
     py = _automaton(grammar, False, 1500)._nfa

@@ -8,10 +8,9 @@ real SmolLM2 vocabulary, and keep the numpy fallback honest for machines without
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from benchmark_grammars import GRAMMAR_PATHS, load_grammar
 from hypothesis import given
 from hypothesis import strategies as st
 from test_matcher_fuzz import (
@@ -31,7 +30,6 @@ from formcast.grammar.ir import Grammar
 
 needs_native = pytest.mark.skipif(mask_cache._trie_walk is None,
                                   reason="the C trie walk is not built here")
-GRAMMARS = Path(__file__).resolve().parents[2] / "benchmarks" / "grammars"
 
 
 def test_the_c_walk_is_built_by_the_install():
@@ -79,20 +77,10 @@ def test_c_and_numpy_walks_agree_on_random_grammars(grammar, data):
 
 @needs_native
 @pytest.mark.model
-@pytest.mark.parametrize("path", sorted(p for p in GRAMMARS.glob("*/*") if p.suffix in
-                                        (".gbnf", ".regex", ".json") and
-                                        "samples" not in p.name), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", GRAMMAR_PATHS, ids=lambda p: p.name)
 def test_c_and_numpy_walks_agree_on_benchmark_grammars(smollm2_vocab, smollm2_tokenize, path):
     """The first masks of each benchmark grammar, along its first sample, over SmolLM2."""
-    import json
-
-    text = path.read_text()
-    if path.suffix == ".gbnf":
-        grammar = Grammar.from_gbnf(text)
-    elif path.suffix == ".regex":
-        grammar = Grammar.from_regex(text.strip())
-    else:
-        grammar = Grammar.from_json_schema(json.loads(text), strict=False)
+    grammar = load_grammar(path)
     samples = path.with_name(path.name.split(".")[0] + ".samples.txt").read_text()
     lines = [line for line in samples.splitlines() if not line.startswith("%% ")]
     sample = "\n".join(lines).split("\n%%\n")[0].strip("\n")
