@@ -250,7 +250,8 @@ class DenseStates:
             return
         size = max(2 * n, need)
         table = reserved_rows(size, 256)
-        table[:n] = self.table
+        filled = np.flatnonzero(self.filled[:n])
+        table[filled] = self.table[filled]  # only rows in use: the rest stays uncommitted
         self.table = table
         self.finishes = grown_rows(self.finishes, False, at_least=size)
         self.filled = grown_rows(self.filled, False, at_least=size)
