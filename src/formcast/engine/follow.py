@@ -26,6 +26,8 @@ def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[st
                  live: list[bool]) -> np.ndarray:
     """``out[r, b]``: byte ``b`` can come right after rule ``order[r]`` returns, in some
     context (bool, one row per call rule)."""
+    if not nfa.call_sites:  # no rule is ever called: nothing follows any of them
+        return np.zeros((len(order), 256), dtype=bool)
     index = {name: i for i, name in enumerate(order)}
     ends = {fragments[name][1]: i for i, name in enumerate(order)}
     n_rules = len(order)

@@ -172,8 +172,8 @@ def _chain_after_first_byte(dense: DenseStates, base: int,
     targets = row[row >= 0]
     if targets.size == 0 or horizon < 2:
         return _EMPTY_INT64, _EMPTY_UINT64
-    values, counts = np.unique(targets, return_counts=True)
-    first = int(values[counts.argmax()])
+    low = int(targets.min())
+    first = low + int(np.bincount(targets - low).argmax())  # the smallest id among equals
     dense.ensure_rows(np.array([first]))
     chain = np.empty(horizon + 1, dtype=np.int64)
     chain[0] = base
