@@ -30,7 +30,8 @@ class Automaton:
     ``maxLength: 400`` string costs nothing for the 399 positions a generation never reaches.
 
     Once ``ensure(q)`` ran: ``trans_rows[q][b]`` is the state after byte ``b`` (-1: refused),
-    ``row_segments[q]`` the same row as ``(lo, hi excl., target)`` runs; ``calls[q]`` maps a call rule index to the state reached after that rule completes;
+    ``row_segments[q]`` the same row as ``(lo, hi excl., target)`` runs, and ``calls[q]``
+    maps a call rule index to the state reached after that rule completes.
     ``accepting_list[q]`` means the rule that owns ``q`` may end here. States are made by a
     determiniser (``engine.determinise``: in C when the extension is built).
     """
@@ -72,10 +73,6 @@ class Automaton:
         """The C determiniser, for the C trie walk to build states with (None in Python)."""
         core = self._core
         return None if isinstance(core, PyDeterminiser) else core
-
-    def rule_of(self, q: int) -> int:
-        """Index of the rule DFA state ``q`` belongs to."""
-        return self._core.rule(q)
 
     def follow_of(self, q: int) -> np.ndarray:
         """Bytes that can come right after the frame of DFA state ``q`` returns, in any
