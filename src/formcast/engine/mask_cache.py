@@ -55,6 +55,8 @@ class TokenTable:
         self.eos_ids = np.array(sorted(t for t in eos_ids if 0 <= t < size), dtype=np.int64)
         self.token_bytes = token_bytes
         self.trie = TokenTrie(token_bytes, size)
+        if native_walk_enabled():
+            self.trie.flat()  # the C walk's node arrays: once per vocabulary, not in a mask
 
 
 @dataclass(frozen=True)
