@@ -61,6 +61,9 @@ class NFA:
     # states given a call edge while building (pasted copies of them are not listed: every
     # copy calls the same rules with the same continuation as the state it copies)
     call_sites: list[int] = field(default_factory=list)
+    # Whether copies are pasted in C, fixed when the NFA is made (pastes are frequent, and
+    # reading the environment for each showed in profiles).
+    native_paste: bool = field(default_factory=lambda: native_paste_enabled())
 
     def new_state(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
@@ -91,7 +94,7 @@ def _paste_edges(nfa: NFA, edges: list, entry: int, delta: int) -> None:
         raise AssertionError("a fragment is pasted right after its entry state")
     if len(nfa.eps) + len(edges) > MAX_NFA_STATES:
         raise _too_large()
-    if _determinise is not None and native_paste_enabled():
+    if _determinise is not None and nfa.native_paste:
         _determinise.paste(nfa.eps, nfa.byte_edges, nfa.call_edges, edges, delta)
         return
     del nfa.eps[entry], nfa.byte_edges[entry], nfa.call_edges[entry]
@@ -741,4 +744,8 @@ def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[s
         live = [True] * len(nfa.eps)
     for record in builder.lazy_repeats:
         record.bind_liveness(live)
+    if _determinise is not None and nfa.native_paste:
+        # Edge lists hold ints and tuples only; see ``untrack`` in _determinise.c.
+        _determinise.untrack(nfa.eps, nfa.byte_edges, nfa.call_edges, [live],
+                             *(record.edges for record in builder.lazy_repeats))
     return nfa, fragments, order, live
