@@ -272,43 +272,20 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* slice_chain(table, filled, base, horizon, min_bytes, chain_out, slice_out)
- *   -> (length, missing): the slice of `base` (the byte set all leading to its most common
- *   successor, if at least min_bytes) in slice_out (1 per byte), and the chain of states those
- *   bytes lead through, up to horizon + 1 states, in chain_out[:length]. length 0: no slice.
- *   missing >= 0: the chain stopped at a state whose row is not filled; fill it and call again.
- */
-static PyObject *slice_chain(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *objs[4];
-    long long base, horizon, min_bytes;
-    if (!PyArg_ParseTuple(args, "OOLLLOO", &objs[0], &objs[1], &base, &horizon, &min_bytes,
-                          &objs[2], &objs[3]))
-        return NULL;
-    static const char *names[4] = {"table", "filled", "chain_out", "slice_out"};
-    static const Py_ssize_t sizes[4] = {4, 1, 8, 1};
-    Buf bufs[4];
-    memset(bufs, 0, sizeof(bufs));
-    for (int i = 0; i < 4; i++) {
-        if (get_buf(objs[i], &bufs[i], i >= 2, sizes[i], names[i]) < 0) {
-            release(bufs, 4);
-            return NULL;
-        }
-    }
-    const int32_t *table = bufs[0].b.buf;
-    const uint8_t *filled = bufs[1].b.buf;
-    int64_t *chain = bufs[2].b.buf;
-    uint8_t *slice = bufs[3].b.buf;
-    Py_ssize_t n_states = bufs[1].b.len;
-    if (base < 0 || base >= n_states || !filled[base] || bufs[3].b.len != 256 ||
-        bufs[2].b.len / 8 < horizon + 1 || bufs[0].b.len < 4 * 256 * n_states) {
-        release(bufs, 4);
-        PyErr_SetString(PyExc_ValueError, "slice_chain: bad base state or array sizes");
-        return NULL;
-    }
-    const int32_t *row = table + 256 * base;
-    /* The most common successor (the smallest id among equals, as np.unique would), counted
-     * over the distinct successors seen (a row has few). */
+/* Whether state s has its row, building it on the spot when it is a one-frame state (even
+ * id) and a Core is given: 1 yes, 0 no (the caller fills it in Python), -1 with an exception. */
+static int ensure_row(PyObject *core, int64_t s, int32_t *table, Py_ssize_t n_states,
+                      uint8_t *filled, uint8_t *finishes) {
+    if (filled[s]) return 1;
+    if (core == Py_None || s % 2) return 0;
+    if (determinise_api->fill_plain(core, (long)s, table, n_states, filled, finishes) < 0)
+        return -1;
+    return filled[s] ? 1 : 0;
+}
+
+/* The most common target of a row (the smallest id among equals, as np.unique would pick),
+ * or -1; its count in *count. Counted over the distinct targets seen (a row has few). */
+static int32_t most_common(const int32_t *row, int *count) {
     int32_t seen[256];
     int counts[256];
     int n_seen = 0;
@@ -324,51 +301,182 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
         counts[k]++;
     }
     int32_t best = -1;
-    int best_count = 0;
+    *count = 0;
     for (int k = 0; k < n_seen; k++) {
-        if (counts[k] > best_count || (counts[k] == best_count && seen[k] < best)) {
+        if (counts[k] > *count || (counts[k] == *count && seen[k] < best)) {
             best = seen[k];
-            best_count = counts[k];
+            *count = counts[k];
         }
     }
-    long long length = 0, missing = -1;
-    if (best >= 0 && best_count >= min_bytes) {
-        for (int b = 0; b < 256; b++) slice[b] = row[b] == best;
-        chain[length++] = base;
-        int64_t succ = best;
-        while (length <= horizon) {
-            long long loop_at = -1;
-            for (long long i = 0; i < length; i++)
-                if (chain[i] == succ) { loop_at = i; break; }
-            if (loop_at >= 0) {
-                long long period = length - loop_at;
-                while (length <= horizon) {
-                    chain[length] = chain[loop_at + (length - loop_at) % period];
-                    length++;
-                }
-                break;
+    return best;
+}
+
+typedef struct {
+    int32_t *table;
+    uint8_t *filled, *finishes;
+    Py_ssize_t n_states;
+    PyObject *core;
+} Rows;
+
+/* The chain from state `from` (row filled) along the slice bytes, `succ` being where they
+ * lead: chain[0] = from, then each state reached, up to limit + 1 states, a loop repeated to
+ * the limit. Returns the length; *missing set to a state whose row Python must fill first;
+ * -1 with an exception. */
+static long long run_chain(Rows *r, int64_t from, int64_t succ, const uint8_t *slice,
+                           long long limit, int64_t *chain, long long *missing) {
+    long long length = 0;
+    chain[length++] = from;
+    while (length <= limit) {
+        long long loop_at = -1;
+        for (long long i = 0; i < length; i++)
+            if (chain[i] == succ) { loop_at = i; break; }
+        if (loop_at >= 0) {
+            long long period = length - loop_at;
+            while (length <= limit) {
+                chain[length] = chain[loop_at + (length - loop_at) % period];
+                length++;
             }
-            chain[length++] = succ;
-            if (succ < 0 || succ >= n_states) { length = -1; break; }
-            if (!filled[succ]) { missing = succ; break; }
-            const int32_t *next_row = table + 256 * succ;
-            int32_t following = -2;
-            int uniform = 1;
-            for (int b = 0; b < 256 && uniform; b++) {
-                if (!slice[b]) continue;
-                if (following == -2) following = next_row[b];
-                else if (next_row[b] != following) uniform = 0;
-            }
-            if (following < 0 || !uniform) break;
-            succ = following;
+            break;
+        }
+        if (succ < 0 || succ >= r->n_states) {
+            PyErr_SetString(PyExc_IndexError, "slice_chain: state id out of range");
+            return -1;
+        }
+        chain[length++] = succ;
+        int got = ensure_row(r->core, succ, r->table, r->n_states, r->filled, r->finishes);
+        if (got < 0) return -1;
+        if (!got) { *missing = succ; break; }
+        const int32_t *next_row = r->table + 256 * succ;
+        int32_t following = -2;
+        int uniform = 1;
+        for (int b = 0; b < 256 && uniform; b++) {
+            if (!slice[b]) continue;
+            if (following == -2) following = next_row[b];
+            else if (next_row[b] != following) uniform = 0;
+        }
+        if (following < 0 || !uniform) break;
+        succ = following;
+    }
+    return length;
+}
+
+/* The bytes leading from chain[1] to chain[2], when each of them also leads from every later
+ * state of the chain to the next (then the slice is that set: the walk takes a token's first
+ * byte itself, and from the first chain state on the slice is often wider than at the base:
+ * after "(" in an arithmetic grammar the base's slice is the letters that start no function
+ * name, the next state's every identifier byte). 0: keep the slice as it is. */
+static int wider_slice(const Rows *r, const int64_t *chain, long long length, uint8_t *wider) {
+    if (length < 3) return 0;
+    const int32_t *first = r->table + 256 * chain[1];
+    for (int b = 0; b < 256; b++) wider[b] = first[b] == chain[2];
+    for (long long i = 2; i + 1 < length; i++) {
+        const int32_t *row = r->table + 256 * chain[i];
+        for (int b = 0; b < 256; b++)
+            if (wider[b] && row[b] != chain[i + 1]) return 0;
+    }
+    return 1;
+}
+
+/* slice_chain(table, filled, finishes, base, horizon, limit, min_bytes, chain_out,
+ *             outside_out[, core]) -> (length, missing, mode)
+ *
+ * The slice of `base`: the byte set all leading to its most common successor, when at least
+ * min_bytes; and the chain of states those bytes lead through, in chain_out[:length] (at most
+ * limit + 1 states; limit <= horizon). mode 1: that. mode 2: `base` has no slice, the chain
+ * starts one byte late, at base's most common successor, whose slice it follows (up to
+ * horizon + 1 states, chain_out[0] = base): after "(" in an arithmetic grammar the first
+ * letter splits into function names and identifiers, but from there on every identifier byte
+ * leads to the next identifier state. mode 0, length 0: no slice. When the whole mode-1 chain
+ * is asked for (limit == horizon), the slice may be widened (wider_slice). outside_out (4
+ * uint64) receives the bytes outside the slice as bits. missing >= 0: a state whose row is not
+ * filled (with a Core, only states of several stacks); fill it and call again. */
+static PyObject *slice_chain(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *objs[5];
+    PyObject *core = Py_None;
+    long long base, horizon, limit, min_bytes;
+    if (!PyArg_ParseTuple(args, "OOOLLLLOO|O", &objs[0], &objs[1], &objs[2], &base, &horizon,
+                          &limit, &min_bytes, &objs[3], &objs[4], &core))
+        return NULL;
+    int fill_inline = core != Py_None;
+    if (fill_inline && !determinise_api) {
+        determinise_api = PyCapsule_Import(FORMCAST_DETERMINISE_CAPSULE, 0);
+        if (!determinise_api) return NULL;
+    }
+    static const char *names[5] = {"table", "filled", "finishes", "chain_out", "outside_out"};
+    static const Py_ssize_t sizes[5] = {4, 1, 1, 8, 8};
+    Buf bufs[5];
+    memset(bufs, 0, sizeof(bufs));
+    for (int i = 0; i < 5; i++) {
+        if (get_buf(objs[i], &bufs[i], i >= 3 || fill_inline, sizes[i], names[i]) < 0) {
+            release(bufs, 5);
+            return NULL;
         }
     }
-    release(bufs, 4);
-    if (length < 0) {
-        PyErr_SetString(PyExc_IndexError, "slice_chain: state id out of range");
+    Rows r = {bufs[0].b.buf, bufs[1].b.buf, bufs[2].b.buf, bufs[1].b.len, core};
+    int64_t *chain = bufs[3].b.buf;
+    uint64_t *outside = bufs[4].b.buf;
+    if (base < 0 || base >= r.n_states || bufs[2].b.len != r.n_states || bufs[4].b.len != 32 ||
+        limit < 0 || limit > horizon || bufs[3].b.len / 8 < horizon + 1 ||
+        bufs[0].b.len < 4 * 256 * r.n_states) {
+        release(bufs, 5);
+        PyErr_SetString(PyExc_ValueError, "slice_chain: bad base state, limit or array sizes");
         return NULL;
     }
-    return Py_BuildValue("LL", length, missing);
+    long long length = 0, missing = -1;
+    int mode = 0, got = ensure_row(core, base, r.table, r.n_states, r.filled, r.finishes);
+    uint8_t slice[256];
+    if (got < 0) goto fail;
+    if (!got) {
+        missing = base;
+        goto done;
+    }
+    int count;
+    const int32_t *row = r.table + 256 * base;
+    int32_t best = most_common(row, &count);
+    if (best >= 0 && count >= min_bytes) {
+        mode = 1;
+        for (int b = 0; b < 256; b++) slice[b] = row[b] == best;
+        length = run_chain(&r, base, best, slice, limit, chain, &missing);
+        uint8_t wider[256];
+        if (length >= 0 && missing < 0 && limit == horizon && wider_slice(&r, chain, length, wider))
+            memcpy(slice, wider, sizeof(slice));
+    } else if (best >= 0 && horizon >= 2) {
+        if (best >= r.n_states) {
+            PyErr_SetString(PyExc_IndexError, "slice_chain: state id out of range");
+            goto fail;
+        }
+        got = ensure_row(core, best, r.table, r.n_states, r.filled, r.finishes);
+        if (got < 0) goto fail;
+        if (!got) {
+            missing = best;
+            goto done;
+        }
+        const int32_t *next_row = r.table + 256 * best;
+        int32_t succ = most_common(next_row, &count);
+        if (succ >= 0 && count >= min_bytes) {
+            mode = 2;
+            for (int b = 0; b < 256; b++) slice[b] = next_row[b] == succ;
+            chain[0] = base;
+            length = run_chain(&r, best, succ, slice, horizon - 1, chain + 1, &missing);
+            if (length > 0) length++;
+        }
+    }
+    if (length < 0) goto fail;
+    if (missing >= 0 || length == 0) {
+        length = 0;
+        mode = 0;
+    } else {
+        memset(outside, 0, 32);
+        for (int b = 0; b < 256; b++)
+            if (!slice[b]) outside[b >> 6] |= (uint64_t)1 << (b & 63);
+    }
+done:
+    release(bufs, 5);
+    return Py_BuildValue("LLi", length, missing, mode);
+fail:
+    release(bufs, 5);
+    return NULL;
 }
 
 static PyMethodDef methods[] = {
@@ -379,8 +487,8 @@ static PyMethodDef methods[] = {
      "of tokens that need the context, deepest byte looked at); allowed token ids are set to 1 "
      "in allowed; with a determiniser Core, one-frame states are built on the way"},
     {"slice_chain", slice_chain, METH_VARARGS,
-     "slice_chain(table, filled, base, horizon, min_bytes, chain_out, slice_out) -> "
-     "(length, missing state or -1)"},
+     "slice_chain(table, filled, finishes, base, horizon, limit, min_bytes, chain_out, "
+     "outside_out[, core]) -> (length, missing state or -1, mode)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_trie_walk",

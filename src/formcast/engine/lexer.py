@@ -82,6 +82,11 @@ class Automaton:
                                         self._live).astype(np.uint8)
         return self._follow[self._core.rule(q)]
 
+    @property
+    def has_lazy_copies(self) -> bool:
+        """Whether some repetition is copied on demand (then ``copy_shape`` can match)."""
+        return bool(self._nfa.copy_of)
+
     def state_key(self, q: int) -> tuple[int, frozenset[int]]:
         """``(rule index, NFA states)`` of DFA state ``q``."""
         return self._core.state(q)

@@ -124,93 +124,50 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
 
 def _native_slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_slice_chain` in C: the chain, and the bytes outside the slice as 256 bits in 4
-    little-endian words (empty arrays: no slice).
+    little-endian words (empty arrays: no slice). A base without a slice of its own may get
+    one from its most common successor on (see ``slice_chain`` in ``_trie_walk.c``).
 
     When two consecutive states of the chain are the same position of a counted repetition
     one copy apart (equal :meth:`Automaton.copy_shape`), the chain repeats for the whole
     horizon: its later entries are left -1 and the C walk follows slice bytes instead, so a
     mask at the start of a ``maxLength: 400`` string does not build 80 positions ahead first.
     """
-    dense.ensure_rows(np.array([base]))
     chain = np.empty(horizon + 1, dtype=np.int64)
-    slice_bytes = np.zeros(256, dtype=np.uint8)
-    length = _fill_chain(dense, base, min(horizon, 1), chain, slice_bytes)
-    if length == 0:
-        return _chain_after_first_byte(dense, base, horizon)
-    outside = np.packbits(slice_bytes == 0, bitorder="little").view("<u8")
+    outside = np.empty(4, dtype="<u8")
     # The first step may differ from the rest (a minLength not met yet at the base, or the
-    # base outside the repetition), so the repeat is looked for from either of the first two.
-    for k in (0, 1):
-        if horizon < k + 1:
-            break
-        if length < k + 2:
-            length = _fill_chain(dense, base, k + 1, chain, slice_bytes)
+    # base outside the repetition), so the repeat is looked for from either of the first two
+    # states: the first three are built before the rest.
+    limit = min(horizon, 2) if dense.parser.auto.has_lazy_copies else horizon
+    length, mode = _run_slice_chain(dense, base, horizon, limit, chain, outside)
+    if length == 0:
+        return _EMPTY_INT64, _EMPTY_UINT64
+    if mode == 1 and limit < horizon:
+        for k in (0, 1):
             if length < k + 2:
                 break
-        reach = _one_copy_apart(dense, int(chain[k]), int(chain[k + 1]))
-        if reach > k + 2:
-            # Tokens up to ``reach`` bytes stay where every copy behaves alike: the chain
-            # vouches for tokens shorter than its length, so it stops there.
-            length = min(horizon, reach - 1) + 1
-            chain[k + 2:length] = -1
-            return chain[:length].copy(), outside
-    length = _fill_chain(dense, base, horizon, chain, slice_bytes)
-    chain = chain[:length].copy()
-    wider = _wider_slice(dense, chain)
-    if wider is not None:
-        outside = np.packbits(~wider, bitorder="little").view("<u8")
-    return chain, outside
+            reach = _one_copy_apart(dense, int(chain[k]), int(chain[k + 1]))
+            if reach > k + 2:
+                # Tokens up to ``reach`` bytes stay where every copy behaves alike: the chain
+                # vouches for tokens shorter than its length, so it stops there.
+                length = min(horizon, reach - 1) + 1
+                chain[k + 2:length] = -1
+                return chain[:length].copy(), outside
+        if length == limit + 1:  # cut at the limit, not at the chain's end: the whole chain
+            length, mode = _run_slice_chain(dense, base, horizon, horizon, chain, outside)
+    return chain[:length].copy(), outside
 
 
-def _chain_after_first_byte(dense: DenseStates, base: int,
-                            horizon: int) -> tuple[np.ndarray, np.ndarray]:
-    """A chain for a base without a slice of its own: from its most common successor on.
-
-    The walk takes a token's first byte itself (the chain only vouches from its second
-    state on), so the slice may start one byte late: after ``(`` in an arithmetic grammar
-    the first letter splits into function names and identifiers, but from there on every
-    identifier byte leads to the next identifier state."""
-    row = dense.table[base]
-    targets = row[row >= 0]
-    if targets.size == 0 or horizon < 2:
-        return _EMPTY_INT64, _EMPTY_UINT64
-    low = int(targets.min())
-    first = low + int(np.bincount(targets - low).argmax())  # the smallest id among equals
-    dense.ensure_rows(np.array([first]))
-    chain = np.empty(horizon + 1, dtype=np.int64)
-    chain[0] = base
-    slice_bytes = np.zeros(256, dtype=np.uint8)
-    length = _fill_chain(dense, first, horizon - 1, chain[1:], slice_bytes)
-    if length == 0:
-        return _EMPTY_INT64, _EMPTY_UINT64
-    return chain[:length + 1].copy(), np.packbits(slice_bytes == 0, bitorder="little").view("<u8")
-
-
-def _wider_slice(dense: DenseStates, chain: np.ndarray) -> np.ndarray | None:
-    """A larger slice for the same chain, or None: the bytes leading from ``chain[1]`` to
-    ``chain[2]``, when each of them also leads from every later state to the next.
-
-    The walk takes a token's first byte itself and needs the slice to hold only from the
-    first chain state on, where it is often wider than at the base: after ``(`` in an
-    arithmetic grammar the base's slice is the letters that start no function name, the
-    next state's is every identifier byte, so ``the`` is taken as a block, not walked."""
-    if chain.size < 3:
-        return None
-    table = dense.table
-    wider = table[chain[1]] == chain[2]
-    if chain.size > 3 and not (table[chain[2:-1]][:, wider] == chain[3:, None]).all():
-        return None
-    return wider
-
-
-def _fill_chain(dense: DenseStates, base: int, horizon: int, chain: np.ndarray,
-                slice_bytes: np.ndarray) -> int:
-    """Run the C slice chain, building the rows it stops at; return the chain's length."""
+def _run_slice_chain(dense: DenseStates, base: int, horizon: int, limit: int,
+                     chain: np.ndarray, outside: np.ndarray) -> tuple[int, int]:
+    """Run the C slice chain, filling the rows of several-stack states it stops at;
+    ``(length, mode)``."""
+    core = dense.parser.auto.native_core
     while True:
-        length, missing = _trie_walk.slice_chain(dense.table, dense.filled.view(np.uint8), base,
-                                                 horizon, SLICE_MIN_BYTES, chain, slice_bytes)
+        length, missing, mode = _trie_walk.slice_chain(
+            dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8), base,
+            horizon, limit, SLICE_MIN_BYTES, chain, outside, core)
         if missing < 0:
-            return length
+            return length, mode
         dense.ensure_rows(np.array([missing]))
 
 
