@@ -427,8 +427,15 @@ class MaskCache:
 
     def _compute(self, state: State) -> np.ndarray:
         verdicts = [(kernel, self.verdict(kernel[-1])) for kernel in self._with_returns(state)]
+        eos = self.table.eos_ids.size and self.parser.is_accepting(state)
         if len(verdicts) == 1:
-            mask = verdicts[0][1].allowed.copy()
+            kernel, only = verdicts[0]
+            if not eos and (len(kernel) == 1 or not only.needs_context.size):
+                # The verdict is the mask: shared, not copied (both are read-only), which
+                # saves a vocabulary-sized allocation in most cold masks.
+                only.allowed.flags.writeable = False
+                return only.allowed
+            mask = only.allowed.copy()
         else:
             mask = np.zeros(self.table.size, dtype=bool)
             for _, v in verdicts:
@@ -441,7 +448,7 @@ class MaskCache:
             # it reaches and goes only where those tokens are; every other token was already
             # decided by its kernel's verdict.
             mask |= self._full_walk(state, self.table.trie.rows_of(*needs)).allowed
-        if self.parser.is_accepting(state) and self.table.eos_ids.size:
+        if eos:
             mask[self.table.eos_ids] = True
         return mask
 

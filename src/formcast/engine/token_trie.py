@@ -70,15 +70,15 @@ class TokenTrie:
         self._present_packed: np.ndarray | None = None
         self._slices: dict[bytes, np.ndarray] = {}
         self._flat: FlatTrie | None = None
-        self._row_of_id: np.ndarray | None = None
+        # Trie row of each token id (-1: not in the trie), for rows_of. Built with the trie
+        # (about 1 ms once per vocabulary), not inside the first mask that needs it.
+        row_of = np.full(int(self.ids.max()) + 1 if self.ids.size else 0, -1, np.int64)
+        row_of[self.ids] = np.arange(self.ids.size)
+        self._row_of_id = row_of
 
     def rows_of(self, *token_ids: np.ndarray) -> np.ndarray:
         """The sorted trie rows of the given token ids, without repeats (ids outside the
         trie are dropped). Marked in an array, not sorted: there can be tens of thousands."""
-        if self._row_of_id is None:
-            row_of = np.full(int(self.ids.max()) + 1 if self.ids.size else 0, -1, np.int64)
-            row_of[self.ids] = np.arange(self.ids.size)
-            self._row_of_id = row_of
         marked = np.zeros(self.ids.size + 1, dtype=bool)  # the last slot takes the dropped
         for ids in token_ids:
             ids = np.asarray(ids, dtype=np.int64)
