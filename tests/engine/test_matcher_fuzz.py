@@ -687,6 +687,67 @@ def test_counted_run_inside_a_called_rule_shares_masks_only_where_exact(bounds, 
     walk_and_check(grammar, vocab, data, max_steps=30)
 
 
+@pytest.mark.parametrize("maximum", [30, 41])
+def test_long_tokens_are_walked_again_where_a_shared_verdict_looked_too_far(maximum):
+    """``<[a-z]{0,max}>`` with tokens up to 13 bytes: the verdict of the run's first
+    positions serves later ones while the maximum is more than a token away; closer to it,
+    tokens shorter than the distance keep that verdict and only the longer ones are walked
+    again (MaskCache._patched). Every position up to the maximum is checked against the
+    oracle: a long run of ``x`` must stop being allowed exactly where it would overflow."""
+    grammar = Grammar({"root": Seq((Literal(b"<"), Repeat(ByteSet(((ord("a"), ord("z")),)),
+                                                               0, maximum),
+                                    Literal(b">")))}, start="root")
+    tokens = {b"x" * k for k in range(2, 13)} | {b"x" * k + b">" for k in range(1, 13)}
+    vocab = Vocabulary.from_tokens([b"", b""] + [bytes([b]) for b in range(256)]
+                                   + sorted(tokens), eos_ids=[EOS], special_ids=[SPECIAL],
+                                   name="long-runs")
+    m = Matcher(grammar, vocab)
+    oracle = Oracle(grammar)
+    text = b"<"
+    assert m.accept_bytes(text)
+    for _ in range(maximum):
+        check_position(m, vocab, oracle, text)
+        assert m.accept_bytes(b"x")
+        text += b"x"
+    check_position(m, vocab, oracle, text)
+
+
+def test_counted_run_in_two_inlined_copies_of_a_rule_shares_verdicts_per_copy():
+    """``text ::= "'" [a-zé]{0,12} "'"`` used twice, once before ``A`` and once before
+    ``B``. Each inlined copy of ``text`` has its own lazy repetition: positions one copy
+    apart share a verdict inside one use (Automaton.copy_shape), but never across the two
+    uses, whose continuations differ. Midway through ``é`` a state holds no NFA state
+    outside the repetition, so only the repetition's own identity keeps the uses apart: every
+    position of both runs, bytes of ``é`` included, is checked against the oracle, the
+    ``A`` use first."""
+    text_rule = Seq((Literal(b"'"), Repeat(CharSet(((ord("a"), ord("z")), (0xE9, 0xE9))), 0, 12),
+                     Literal(b"'")))
+    grammar = Grammar({"root": Choice((Seq((Literal(b"1"), Ref("text"), Literal(b"A"))),
+                                       Seq((Literal(b"2"), Ref("text"), Literal(b"B"))))),
+                       "text": text_rule}, start="root")
+    e1, e2 = "é".encode()
+    tokens = {b"1'", b"2'", b"'A", b"'B", bytes([e1]), bytes([e2]), "é".encode()}
+    tokens |= {b"a" * k for k in range(1, 4)} | {bytes([e2]) + b"'A", bytes([e2]) + b"'B",
+                                                 bytes([e2]) + b"a'A", bytes([e2]) + b"a'B",
+                                                 b"a'A", b"a'B"}
+    vocab = Vocabulary.from_tokens([b"", b""] + [bytes([b]) for b in range(256)]
+                                   + sorted(tokens - {bytes([b]) for b in range(256)}),
+                                   eos_ids=[EOS], special_ids=[SPECIAL], name="two-texts")
+    m = Matcher(grammar, vocab)
+    oracle = Oracle(grammar)
+    for opener in (b"1'", b"2'"):
+        m.reset()
+        text = opener
+        assert m.accept_bytes(text)
+        for step in range(8):  # a, é, a, é...: the é positions are mid-character
+            for part in ([b"a"] if step % 2 == 0 else [bytes([e1]), bytes([e2])]):
+                check_position(m, vocab, oracle, text)
+                assert m.accept_bytes(part)
+                text += part
+        check_position(m, vocab, oracle, text)
+    assert m.compiled.masks._horizon_verdicts  # shared within a use: the point of shapes
+
+
 @fuzz_settings(40)
 @given(grammar=grammars(), data=st.data())
 def test_permuted_and_rebuilt_vocab_share_nothing_wrong(grammar, data):

@@ -17,7 +17,7 @@ import numpy as np
 
 from formcast.engine.determinise import PyDeterminiser, make_determiniser
 from formcast.engine.follow import follow_bytes
-from formcast.engine.nfa import NFA, build_nfa
+from formcast.engine.nfa import NFA, LazyRepeat, build_nfa
 from formcast.errors import LeftRecursionError
 from formcast.grammar.ir import Grammar
 
@@ -136,8 +136,6 @@ class Automaton:
         while frontier:
             record = frontier.pop()
             if record.parent is None:
-                if record.template is not record:
-                    return None  # a copy whose enclosing copy is unknown: no safe key
                 continue
             outer, j = record.parent
             if outer not in indices:
@@ -160,8 +158,8 @@ class Automaton:
             where = None
             if record.parent is not None:
                 outer, j = record.parent
-                where = (outer.template, j - low[outer])
-            parts.append((record.template, where, spots))
+                where = (_identity(outer), j - low[outer])
+            parts.append((_identity(record), where, spots))
         return (rule, frozenset(parts), frozenset(outside)), reach
 
     def ensure(self, q: int) -> None:
@@ -196,6 +194,15 @@ def gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+def _identity(record: LazyRepeat) -> LazyRepeat:
+    """What a shape key names a repetition by. Inside a copy of an enclosing lazy repetition
+    it is its template, the copy being named apart (``where``): the same position in the
+    next copy behaves alike. Otherwise, an original or a copy made with its rule's fragment
+    (``text`` inlined in two places), it is the repetition itself: each such copy goes on to
+    its own continuation."""
+    return record.template if record.parent is not None else record
+
 
 def compile_automaton(grammar: Grammar) -> Automaton:
     """Compile ``grammar`` into an :class:`Automaton` (tokenizer-independent)."""

@@ -362,25 +362,55 @@ class MaskCache:
         if got is not None:
             return got
         shape = self.auto.copy_shape(q)
+        alike = None  # the verdict of a state of the same shape, which looked too far
         if shape is not None:
             key, reach = shape
-            got = self._horizon_verdicts.get(key)
-            if got is not None and got.depth < reach:
-                return got
+            alike = self._horizon_verdicts.get(key)
+            if alike is not None and alike.depth < reach:
+                return alike
         if len(self.dense) > DENSE_STATE_LIMIT:
             # Deeply recursive grammars can keep minting states: start the table afresh
             # (verdicts already computed stay valid; they hold masks, not state ids).
             self.dense = DenseStates(self.parser)
-        got = classify_tokens(self.dense, self.table, self.dense.intern(frozenset(((q,),))),
-                              follow=self.auto.follow_of(q))
+        base = self.dense.intern(frozenset(((q,),)))
+        follow = self.auto.follow_of(q)
+        long_rows = None
+        if alike is not None:
+            long_rows = self.table.trie.rows_at_least(shape[1])
+            if long_rows.size > self.table.size // 8:
+                long_rows = None
+        if long_rows is not None:
+            got = self._patched(alike, base, long_rows, shape[1], follow)
+        else:
+            got = classify_tokens(self.dense, self.table, base, follow=follow)
         # Shared by the shape when the walk never looked as far as the repetition's maximum.
-        if shape is not None and got.depth < shape[1]:
+        if long_rows is None and shape is not None and got.depth < shape[1]:
             store, at = self._horizon_verdicts, shape[0]
         else:
             store, at = self._verdicts, q
         store[at] = got
         self.budget.charge(store, at, got.allowed.nbytes + got.needs_context.nbytes)
         return got
+
+    def _patched(self, alike: StateVerdict, base: int, long_rows: np.ndarray, reach: int,
+                 follow: np.ndarray) -> StateVerdict:
+        """The verdict of parser state ``base`` from ``alike``, that of a state of the same
+        shape which looked ``reach`` bytes or further: tokens shorter than ``reach`` fare the
+        same from both and keep their verdict; the few longer ones (``long_rows``; SmolLM2
+        has 155 tokens over 16 bytes) are walked again from ``base``. Near the end of a
+        ``maxLength: 120`` string, where the longest tokens (80 spaces) reach the maximum,
+        this is a walk of a hundred tokens instead of the vocabulary."""
+        trie = self.table.trie
+        extra = classify_tokens(self.dense, self.table, base, only_rows=long_rows, follow=follow)
+        allowed = alike.allowed.copy()
+        allowed[trie.ids[long_rows]] = False
+        allowed |= extra.allowed  # exact for every token it reports
+        needs = alike.needs_context
+        if needs.size:
+            needs = needs[trie.id_lens[needs] < reach]
+        if extra.needs_context.size:
+            needs = np.union1d(needs, extra.needs_context)
+        return StateVerdict(allowed, needs, max(alike.depth, extra.depth))
 
     def mask_for(self, state: State) -> np.ndarray:
         """The bool mask of ``state`` (read-only; shared with other matchers)."""

@@ -75,6 +75,9 @@ class TokenTrie:
         row_of = np.full(int(self.ids.max()) + 1 if self.ids.size else 0, -1, np.int64)
         row_of[self.ids] = np.arange(self.ids.size)
         self._row_of_id = row_of
+        self.id_lens = np.zeros(size, dtype=np.int32)  # byte length of each token id
+        self.id_lens[self.ids] = self.lens
+        self._long_rows: dict[int, np.ndarray] = {}
 
     def rows_of(self, *token_ids: np.ndarray) -> np.ndarray:
         """The sorted trie rows of the given token ids, without repeats (ids outside the
@@ -85,6 +88,13 @@ class TokenTrie:
             ids = ids[(ids >= 0) & (ids < self._row_of_id.size)]
             marked[self._row_of_id[ids]] = True  # -1 (not in the trie) marks the last slot
         return np.flatnonzero(marked[:-1])
+
+    def rows_at_least(self, length: int) -> np.ndarray:
+        """The sorted trie rows of tokens of ``length`` bytes or more (memoised)."""
+        got = self._long_rows.get(length)
+        if got is None:
+            got = self._long_rows[length] = np.flatnonzero(self.lens >= length)
+        return got
 
     @property
     def _present(self) -> np.ndarray:
