@@ -115,7 +115,7 @@ def seq(*items: Expr) -> Expr:
                 flat[-1] = Literal(flat[-1].data + part.data)
             else:
                 flat.append(part)
-    if any(p == NOTHING for p in flat):
+    if any(type(p) is Choice and not p.items for p in flat):  # == NOTHING, without __eq__
         return NOTHING
     return flat[0] if len(flat) == 1 else Seq(tuple(flat))
 

@@ -146,7 +146,11 @@ def intersect_ranges(a: Iterable[tuple[int, int]], b: Iterable[tuple[int, int]])
 
 
 def _digit_class(lo: int, hi: int, base: int) -> Expr:
-    """One digit with value in ``[lo, hi]``; hex letters in both cases."""
+    """One digit with value in ``[lo, hi]``; hex letters in both cases (from the table)."""
+    return _DIGIT_CLASSES[lo, hi, base]
+
+
+def _make_digit_class(lo: int, hi: int, base: int) -> Expr:
     ranges: list[tuple[int, int]] = []
     for v in range(lo, hi + 1):
         c = "0123456789abcdef"[v]
@@ -157,6 +161,12 @@ def _digit_class(lo: int, hi: int, base: int) -> Expr:
     if len(merged) == 1 and merged[0][0] == merged[0][1]:
         return lit(chr(merged[0][0]))
     return CharSet(merged)
+
+
+# Every digit class of base 10 and 16, made once at import: ranges of \u escapes and
+# integer bounds ask for them thousands of times per schema (a sixth of an invoice's front end).
+_DIGIT_CLASSES = {(lo, hi, base): _make_digit_class(lo, hi, base)
+                  for base in (10, 16) for lo in range(base) for hi in range(lo, base)}
 
 
 def fixed_width_range(lo: int, hi: int, width: int, base: int = 10) -> Expr:
