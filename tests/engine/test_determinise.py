@@ -24,7 +24,7 @@ from formcast.engine import determinise
 from formcast.engine.lexer import Automaton, _check_left_recursion
 from formcast.engine.nfa import build_nfa
 from formcast.engine.parser import DenseStates, Parser
-from formcast.errors import GrammarError
+from formcast.errors import AmbiguousGrammarError, GrammarError
 from formcast.grammar.ir import Grammar
 
 needs_native = pytest.mark.skipif(determinise._determinise is None,
@@ -102,8 +102,9 @@ def test_c_and_python_determinisers_agree_where_states_are_dead(text):
     _assert_same_automaton(grammar)
 
 
-def _parser_rows(grammar: Grammar, native: bool, limit: int) -> dict:
-    """Parser-state rows breadth first from the start: {id: (state, row, finishes)}."""
+def _parser_rows(grammar: Grammar, native: bool, limit: int, memos: dict | None = None) -> dict:
+    """Parser-state rows breadth first from the start: {id: (state, row, finishes)}; the
+    parser's closure memos go into ``memos[native]``."""
     nfa, fragments, order, live = build_nfa(grammar)
     auto = Automaton(nfa, fragments, order, live, grammar.start, native=native)
     _check_left_recursion(auto)
@@ -120,6 +121,8 @@ def _parser_rows(grammar: Grammar, native: bool, limit: int) -> dict:
             if t >= 0 and t not in seen:
                 seen.add(t)
                 queue.append(t)
+    if memos is not None:
+        memos[native] = (parser._closure_memo, parser._top_memo)
     return rows
 
 
@@ -137,8 +140,23 @@ def test_c_and_python_parser_rows_agree_on_random_grammars(grammar):
 @pytest.mark.parametrize("name", ["json/json.gbnf", "gbnf/arithmetic.gbnf", "gbnf/c_like.gbnf",
                                   "schema/tree.schema.json"])
 def test_c_and_python_parser_rows_agree_on_recursive_grammars(name):
+    """States of several stacks are closed and filled in C (``Core.fill_state``) into the
+    parser's own memo dicts: the rows and the memoised closures both match Python's."""
     grammar = load_grammar(GRAMMARS / name)
-    assert _parser_rows(grammar, True, 800) == _parser_rows(grammar, False, 800)
+    memos = {}
+    assert _parser_rows(grammar, True, 800, memos) == _parser_rows(grammar, False, 800, memos)
+    assert memos[True][0] and memos[True] == memos[False]
+
+
+@needs_native
+@pytest.mark.parametrize("native", [True, False])
+def test_a_state_with_too_many_stacks_is_refused_with_the_rules_named(native):
+    """The C closure hands a closure over the stack limit back to Python, which refuses it
+    with the grammar error (not a crash, not a silent cut)."""
+    grammar = Grammar.from_gbnf('root ::= "=" | "=" root{2,4}')
+    with pytest.raises(AmbiguousGrammarError) as info:
+        _parser_rows(grammar, native, 10_000)
+    assert info.value.rules == ["root"]
 
 
 @needs_native

@@ -275,6 +275,8 @@ class DenseStates:
                 continue
             if sid % 2 == 0 and self._fill_plain_row(sid, sid // 2):
                 continue
+            if self._fill_state_natively(sid):
+                continue
             stacks = self.parser.closed(self.state(sid))
             accepting = self.parser.auto.accepting_list
             if len(stacks) == 1 and len(stacks[0]) == 1 and self._fill_plain_row(sid, stacks[0][0]):
@@ -286,6 +288,23 @@ class DenseStates:
                 continue
             self._fill_row(sid, stacks)
         self._fit()
+
+    def _fill_state_natively(self, sid: int) -> bool:
+        """The rest of ``ensure_rows`` for one state in C (``Core.fill_state``): closure,
+        finish flag and row, with the parser's own memo dicts. False: left to Python (no C
+        determiniser, or a closure too large, which Python refuses with its error)."""
+        core = self.parser.auto.native_core
+        if core is None:
+            return False
+        parser = self.parser
+        while True:
+            self._fit(2 * (len(self._others) + 257) + 2)
+            done = core.fill_state(sid, self.state(sid), self.table, self.filled, self.finishes,
+                                   self.ids, self._others, parser.auto.rule_start,
+                                   parser._closure_memo, parser._top_memo, MAX_STACK_DEPTH,
+                                   MAX_PARSE_STACKS, _MEMO_LIMIT)
+            if done != 2:  # 2: the closure built states past the table; grow it, go again
+                return done == 1
 
     def _fill_row(self, sid: int, stacks: list[Stack]) -> None:
         """Row of a general state: byte ``b`` leads to the kernels ``below + (trans[top][b],)``
