@@ -511,6 +511,8 @@ class MaskCache:
 
 def pack_mask(mask: np.ndarray) -> np.ndarray:
     """Pack a bool mask into int32 words (bit ``t % 32`` of word ``t // 32``; 1 = allowed)."""
+    if mask.size % 32 == 0:  # SmolLM2's 49,152 tokens: no padding to copy into
+        return np.packbits(mask, bitorder="little").view("<i4")
     words = (mask.size + 31) // 32
     padded = np.zeros(words * 32, dtype=bool)
     padded[: mask.size] = mask
