@@ -125,11 +125,14 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     const int64_t *chain = bufs[6].b.buf;
     const uint64_t *outside = bufs[7].b.buf; /* 4 words: bytes not in the slice */
     const int64_t *pending_in = bufs[8].b.buf;
-    uint8_t *allowed = bufs[9].b.buf; /* per token id (a numpy bool array) */
+    /* Allowed token ids as bits, bit t % 8 of byte t / 8 (numpy's little bit order, so the
+     * bytes read as int32 words are the bitmask layout): 8 times less fresh memory to fault
+     * in and write than a bool per token, in every cold mask. */
+    uint8_t *allowed = bufs[9].b.buf;
     Py_ssize_t n_states = bufs[1].b.len;
     Py_ssize_t n_nodes = bufs[3].b.len / (Py_ssize_t)sizeof(Node);
     Py_ssize_t n_rows = bufs[5].b.len / 4;
-    Py_ssize_t n_ids = bufs[9].b.len;
+    Py_ssize_t n_ids = 8 * bufs[9].b.len;
     Py_ssize_t chain_len = bufs[6].b.len / 8;
     int use_slice = chain_len > 0 && bufs[7].b.len == 32;
     Py_ssize_t n_in = bufs[8].b.len / 8 / 3;
@@ -176,7 +179,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
 #define ALLOW(lo, hi)                                                    \
     for (int32_t r = (lo); r < (hi); r++) {                             \
         CHECK_ROW(r)                                                     \
-        allowed[ids[r]] = 1;                                             \
+        allowed[ids[r] >> 3] |= (uint8_t)(1u << (ids[r] & 7));           \
     }
 #define NEED(lo, hi)                                                     \
     for (int32_t r = (lo); r < (hi); r++) {                             \
@@ -484,8 +487,9 @@ static PyMethodDef methods[] = {
      "walk(table, filled, finishes, nodes, subtree_bytes, ids, chain, outside_bytes, pending_in, "
      "allowed, only_rows, follow[, core]) -> (bytes "
      "of int64 (node, state, flag) triples that stopped at unfilled rows, bytes of int64 ids "
-     "of tokens that need the context, deepest byte looked at); allowed token ids are set to 1 "
-     "in allowed; with a determiniser Core, one-frame states are built on the way"},
+     "of tokens that need the context, deepest byte looked at); allowed token ids get their bit "
+     "set in allowed (bit t % 8 of byte t // 8); with a determiniser Core, one-frame states are "
+     "built on the way"},
     {"slice_chain", slice_chain, METH_VARARGS,
      "slice_chain(table, filled, finishes, base, horizon, limit, min_bytes, chain_out, "
      "outside_out[, core]) -> (length, missing state or -1, mode)"},

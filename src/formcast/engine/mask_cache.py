@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,8 @@ class TokenTable:
 
     def __init__(self, token_bytes: list[bytes], size: int, eos_ids: frozenset[int]) -> None:
         self.size = size
+        # Masks are kept as bits (see StateVerdict): this many bytes, whole int32 words.
+        self.packed_bytes = 4 * ((size + 31) // 32)
         self.eos_ids = np.array(sorted(t for t in eos_ids if 0 <= t < size), dtype=np.int64)
         self.token_bytes = token_bytes
         self.trie = TokenTrie(token_bytes, size)
@@ -61,9 +64,15 @@ class TokenTable:
 
 @dataclass(frozen=True)
 class StateVerdict:
-    """What the tokens do from one DFA state ``q``, whatever the stack below it."""
+    """What the tokens do from one DFA state ``q``, whatever the stack below it.
 
-    allowed: np.ndarray  # bool over the vocabulary: consumable without leaving q's frame
+    ``allowed`` holds one bit per token id, bit ``t % 8`` of byte ``t // 8`` (read as int32
+    words, the bitmask layout of ``fill_next_token_bitmask``): a cold mask then writes and
+    faults in 6 KB of fresh memory for SmolLM2 instead of 48 KB (page faults cost ~3 us a
+    page here), and masks are combined word by word.
+    """
+
+    allowed: np.ndarray  # uint8 bits: tokens consumable without leaving q's frame
     needs_context: np.ndarray  # token ids that can only go on by returning below q's frame
     depth: int = 1 << 30  # the verdict holds for any state alike for this many bytes
 
@@ -104,7 +113,7 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
     if only_rows is None:
         only_rows = _EMPTY_INT64
     follow = _ALL_BYTES if follow is None else follow.astype(np.uint8, copy=False)
-    allowed = np.zeros(table.size, dtype=bool)
+    allowed = np.zeros(table.packed_bytes, dtype=np.uint8)
     needs: list[bytes] = []
     pending = np.array([0, base, 0], dtype=np.int64)
     core = dense.parser.auto.native_core  # builds one-frame states inside the walk
@@ -260,7 +269,7 @@ def classify_tokens_numpy(dense: DenseStates, table: TokenTable, base: int,
     allowed = np.zeros(table.size, dtype=bool)
     allowed[trie.ids[allowed_rows]] = True
     needs_ids = trie.ids[np.concatenate(needs)] if needs else np.zeros(0, np.int64)
-    return StateVerdict(allowed, needs_ids, trie.max_len)
+    return StateVerdict(pack_bits(allowed, table.packed_bytes), needs_ids, trie.max_len)
 
 
 def _walk_rows(dense: DenseStates, table: TokenTable, depth: int, lo_rows: np.ndarray,
@@ -352,6 +361,9 @@ class MaskCache:
         self._full_verdicts: dict[tuple, StateVerdict] = MemoStore()  # frames below + shape
         self._masks: dict[State, np.ndarray] = MemoStore()
         self._packed: dict[State, np.ndarray] = MemoStore()
+        # id(bits) -> (bits, weak bool mask): one bool array per distinct mask, however many
+        # states share its bits (mask_for, for callers of next_token_mask)
+        self._unpacked: dict[int, tuple[np.ndarray, weakref.ref]] = MemoStore()
         self.budget = budget
         self.masks_computed = 0
         self.cache_hits = 0
@@ -403,7 +415,7 @@ class MaskCache:
         trie = self.table.trie
         extra = classify_tokens(self.dense, self.table, base, only_rows=long_rows, follow=follow)
         allowed = alike.allowed.copy()
-        allowed[trie.ids[long_rows]] = False
+        set_bits(allowed, trie.ids[long_rows], False)
         allowed |= extra.allowed  # exact for every token it reports
         needs = alike.needs_context
         if needs.size:
@@ -418,25 +430,40 @@ class MaskCache:
         if got is not None:
             self.cache_hits += 1
             return got
+        packed = self._packed_bits(state)
         t0 = time.perf_counter()
-        mask = self._compute(state)
-        mask.flags.writeable = False
+        # States whose mask is one verdict share its bits, and so share one bool array
+        # (held weakly here: by the states' entries, each charged in full, conservatively).
+        known = self._unpacked.get(id(packed))
+        mask = known[1]() if known is not None and known[0] is packed else None
+        if mask is None:
+            mask = np.unpackbits(packed, count=self.table.size, bitorder="little").view(bool)
+            mask.flags.writeable = False
+            self._unpacked[id(packed)] = (packed, weakref.ref(mask))
+            self.budget.charge(self._unpacked, id(packed), packed.nbytes + 64)
         self._masks[state] = mask
         self.budget.charge(self._masks, state, mask.nbytes)
-        self.masks_computed += 1
         self.compute_seconds += time.perf_counter() - t0
         return mask
 
     def packed_for(self, state: State) -> np.ndarray:
-        """The mask of ``state`` as int32 words, bit ``t % 32`` of word ``t // 32``."""
+        """The mask of ``state`` as int32 words, bit ``t % 32`` of word ``t // 32``
+        (read-only; shared with other matchers)."""
+        return self._packed_bits(state).view("<i4")
+
+    def _packed_bits(self, state: State) -> np.ndarray:
+        """The mask of ``state`` as bits (see StateVerdict), memoised."""
         got = self._packed.get(state)
-        if got is None:
-            got = pack_mask(self.mask_for(state))
-            got.flags.writeable = False
-            self._packed[state] = got
-            self.budget.charge(self._packed, state, got.nbytes)
-        else:
+        if got is not None:
             self.cache_hits += 1
+            return got
+        t0 = time.perf_counter()
+        got = self._compute(state)
+        got.flags.writeable = False
+        self._packed[state] = got
+        self.budget.charge(self._packed, state, got.nbytes)
+        self.masks_computed += 1
+        self.compute_seconds += time.perf_counter() - t0
         return got
 
     def _with_returns(self, state: State) -> list[tuple[int, ...]]:
@@ -467,7 +494,7 @@ class MaskCache:
                 return only.allowed
             mask = only.allowed.copy()
         else:
-            mask = np.zeros(self.table.size, dtype=bool)
+            mask = np.zeros(self.table.packed_bytes, dtype=np.uint8)
             for _, v in verdicts:
                 mask |= v.allowed
         needs = [v.needs_context for kernel, v in verdicts
@@ -479,7 +506,7 @@ class MaskCache:
             # decided by its kernel's verdict.
             mask |= self._full_walk(state, self.table.trie.rows_of(*needs)).allowed
         if eos:
-            mask[self.table.eos_ids] = True
+            set_bits(mask, self.table.eos_ids, True)
         return mask
 
     def _full_walk(self, state: State, needs: np.ndarray) -> StateVerdict:
@@ -509,11 +536,22 @@ class MaskCache:
         return got
 
 
-def pack_mask(mask: np.ndarray) -> np.ndarray:
-    """Pack a bool mask into int32 words (bit ``t % 32`` of word ``t // 32``; 1 = allowed)."""
-    if mask.size % 32 == 0:  # SmolLM2's 49,152 tokens: no padding to copy into
-        return np.packbits(mask, bitorder="little").view("<i4")
-    words = (mask.size + 31) // 32
-    padded = np.zeros(words * 32, dtype=bool)
-    padded[: mask.size] = mask
-    return np.packbits(padded, bitorder="little").view("<i4").copy()
+def pack_bits(mask: np.ndarray, nbytes: int) -> np.ndarray:
+    """A bool mask as bits, bit ``t % 8`` of byte ``t // 8``, zero-padded to ``nbytes``."""
+    out = np.zeros(nbytes, dtype=np.uint8)
+    bits = np.packbits(mask, bitorder="little")
+    out[: bits.size] = bits
+    return out
+
+
+def set_bits(bits: np.ndarray, ids: np.ndarray, value: bool) -> None:
+    """Set (or clear) the bits of token ``ids`` in place."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size == 0:
+        return
+    weights = (np.ones(1, dtype=np.uint8) << (ids & 7).astype(np.uint8))
+    if value:
+        np.bitwise_or.at(bits, ids >> 3, weights)
+    else:
+        np.bitwise_and.at(bits, ids >> 3, ~weights)
+
