@@ -110,6 +110,8 @@ class Automaton:
         outer one they live in. A token verdict that looked no further than ``reach`` bytes
         then serves every state of the shape (``MaskCache.verdict``).
         """
+        if not self._nfa.copy_of:  # no repetition is copied lazily: no state has a shape
+            return None
         got = self._shape_memo.get(q, self)
         if got is not self:
             return got

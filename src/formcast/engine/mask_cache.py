@@ -118,16 +118,18 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
     pending = np.array([0, base, 0], dtype=np.int64)
     core = dense.parser.auto.native_core  # builds one-frame states inside the walk
     depth = 0
-    while pending.size:
-        dense.ensure_rows(pending[1::3])
+    while True:  # the base's row is there (the slice chain needs it), or the walk builds it
         raw, needing, reached = _trie_walk.walk(
             dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8),
             flat.nodes, flat.subtree_bytes, flat.ids, chain, outside, pending, allowed,
             only_rows, follow, core)
-        pending = np.frombuffer(raw, dtype=np.int64)
         if needing:
             needs.append(needing)
         depth = max(depth, reached)
+        if not raw:
+            break
+        pending = np.frombuffer(raw, dtype=np.int64)
+        dense.ensure_rows(pending[1::3])
     return StateVerdict(allowed, np.frombuffer(b"".join(needs), dtype=np.int64), depth)
 
 
