@@ -47,3 +47,30 @@ def test_a_nullable_tail_adds_its_first_bytes_and_passes_the_rest_on():
                      'o ::= "-"*\n'
                      'r ::= "r" | "[" s "]" | "<" r ">"')
     assert follow["r"] == b")-;>]}"
+
+
+def test_copies_of_an_inlined_rule_add_what_follows_each_copy():
+    # e (not recursive) is inlined twice: once at the top, then copied into "[" e "]". The
+    # call to f inside the copy is followed by "]", which only the copy's context shows.
+    follow = _follow('root ::= e "!" | "[" e "]"\n'
+                     'e ::= f ("+" f)*\n'
+                     'f ::= "x" | "-" f')
+    assert follow["f"] == b"!+]"
+
+
+def test_arithmetic_calls_close_with_a_bracket_or_a_comma(smollm2_vocab):
+    """The benchmark found this: after ``max(abs(x_min - 3.75`` the token ``),`` was refused
+    by the mask but accepted by the matcher, because FOLLOW(factor) had missed the ``)`` and
+    ``,`` that follow the copies of ``expr`` inside calls and brackets."""
+    from formcast.engine.matcher import Matcher
+
+    follow = _follow((GRAMMARS / "gbnf" / "arithmetic.gbnf").read_text())
+    assert follow["factor"] == b" %)*+,-/"
+    grammar = Grammar.from_gbnf((GRAMMARS / "gbnf" / "arithmetic.gbnf").read_text())
+    closing = [t for t in range(smollm2_vocab.size) if smollm2_vocab.token_bytes[t] in (b"),", b"))")]
+    for text in (b"max(abs(x_min - 3.75", b"max(abs(x_max + 12", b"((1 + rate / 12) ^ months - 1"):
+        m = Matcher(grammar, smollm2_vocab)
+        assert m.accept_bytes(text)
+        mask = m.next_token_mask()
+        for t in closing:
+            assert mask[t] == m.copy().accept_token(t), (text, smollm2_vocab.token_bytes[t])

@@ -11,8 +11,11 @@ whitespace): a token whose next byte is outside it is refused in every context.
 
 The sets over-approximate (a copy of a lazily pasted repetition is taken to go on with the
 first copy or leave), which is safe: a byte wrongly in the set only sends a token to the
-exact walk. Call sites are those the NFA builder made; a pasted copy of one calls the same
-rule with the same continuation, so it adds nothing.
+exact walk; a byte missing from it would wrongly refuse a token. So every state with a call
+edge counts as a call site, pasted copies included: a copy of an inlined rule calls the same
+rule, but what follows the copy's end is its own (``expr`` inside ``"(" expr ")"`` goes on
+with ``)``, the ``expr`` it was copied from, at the top, with nothing). Copies of a lazy
+repetition pasted after this runs mirror its first copy, which is scanned.
 """
 
 from __future__ import annotations
@@ -85,8 +88,8 @@ def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[st
     # its rule can end right after the call.
     follow = np.zeros((n_rules, 256), dtype=bool)
     inherits: list[tuple[int, set[int]]] = []
-    for x in sorted(set(nfa.call_sites)):
-        if not live[x]:
+    for x, calls in enumerate(nfa.call_edges):
+        if not calls or not live[x]:
             continue
         for name, t in nfa.call_edges[x]:
             r = index.get(name)

@@ -58,8 +58,8 @@ class NFA:
     # state inside a copy of a lazy repetition -> (the repetition, copy index); its offset in
     # the copy is the state minus LazyRepeat.entry_of(copy index)
     copy_of: dict[int, tuple[LazyRepeat, int]] = field(default_factory=dict)
-    # states given a call edge while building (pasted copies of them are not listed: every
-    # copy calls the same rules with the same continuation as the state it copies)
+    # states given a call edge while building (pasted copies of them are not listed; only
+    # whether there are any is read: engine.follow scans every state's call edges)
     call_sites: list[int] = field(default_factory=list)
     # Whether copies are pasted in C, fixed when the NFA is made (pastes are frequent, and
     # reading the environment for each showed in profiles).
