@@ -110,7 +110,7 @@ class Automaton:
         outer one they live in. A token verdict that looked no further than ``reach`` bytes
         then serves every state of the shape (``MaskCache.verdict``).
         """
-        if not self._nfa.copy_of:  # no repetition is copied lazily: no state has a shape
+        if not self.has_lazy_copies:  # then no state has a shape
             return None
         got = self._shape_memo.get(q, self)
         if got is not self:
@@ -196,6 +196,7 @@ def gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
 
 def _identity(record: LazyRepeat) -> LazyRepeat:
     """What a shape key names a repetition by. Inside a copy of an enclosing lazy repetition
