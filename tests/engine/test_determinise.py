@@ -188,16 +188,18 @@ def test_a_repetition_outgrowing_the_automaton_bound_is_refused_clearly(monkeypa
 
 
 @needs_native
-@pytest.mark.parametrize("name", ["schema/invoice.schema.json", "schema/many_enums.schema.json",
-                                  "gbnf/checklist.gbnf", "json/json.gbnf"])
+@pytest.mark.parametrize("name", ["schema/tool_call.schema.json", "schema/many_enums.schema.json",
+                                  "gbnf/checklist.gbnf", "gbnf/sql_select.gbnf"])
 def test_c_and_python_pastes_build_the_same_nfa(monkeypatch, name):
     """Fragment copies (inlined rules at compile time, repetition copies while determinising)
     are pasted in C when the extension is built: the same NFA, edge for edge."""
     grammar = load_grammar(GRAMMARS / name)
-    c = _automaton(grammar, True, 1500)._nfa
+    c_auto = _automaton(grammar, True, 1500)
+    c = c_auto._nfa
     monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
     py = _automaton(grammar, False, 1500)._nfa
     assert len(c.eps) > 1000
+    assert len(c.eps) > c_auto.nfa_states  # repetition copies were pasted while determinising
     assert c.eps == py.eps
     assert c.byte_edges == py.byte_edges
     assert c.call_edges == py.call_edges
@@ -205,12 +207,12 @@ def test_c_and_python_pastes_build_the_same_nfa(monkeypatch, name):
 
 @needs_native
 def test_automaton_lists_stay_out_of_the_cyclic_collector():
-    """An invoice schema's automaton holds ~27k small lists; tracked, each older-generation
+    """A tool-call schema's automaton holds ~20k small lists; tracked, each older-generation
     collection walked them all again, 1-5 ms inside a cold mask. They hold ints and tuples
     only, so they are untracked, and stay untracked as states and copies are added."""
     import gc
 
-    grammar = load_grammar(GRAMMARS / "schema" / "invoice.schema.json")
+    grammar = load_grammar(GRAMMARS / "schema" / "tool_call.schema.json")
     nfa, fragments, order, live = build_nfa(grammar)
     lists = [*nfa.eps, *nfa.byte_edges, *nfa.call_edges]
     assert lists and not any(gc.is_tracked(x) for x in lists)

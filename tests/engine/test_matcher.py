@@ -364,6 +364,12 @@ REPEAT_PATTERNS = [
     r"q{0,40}(r{8,8}){0,2}",
     r"(x{2,9}y){1,3}",
     r"((a{8,10}b){2}c){0,9}",
+    # one byte class up to 64 times is a chain of states (nfa._build_byte_chain); past it,
+    # and for longer items, copies are lazy
+    r"[ab]{2,64}c",
+    r"a{60,70}",
+    r"(-{0,20}a){2,3}",
+    r"(ab){0,40}c",
 ]
 
 

@@ -5,7 +5,8 @@ grammar without recursion (any non-recursive JSON Schema, any regex) becomes one
 the matcher never needs a stack; rules that close a cycle ("call rules") stay as call edges.
 Building is cheap where it can be: an inlined rule used again is copied from its first
 fragment, a repeated item from its first copy, and large bounded repetitions (``maxLength:
-400``) copy their item lazily, when the DFA construction first steps past a copy's exit.
+400``) copy their item lazily, when the DFA construction first steps past a copy's exit. A
+bounded repetition of one byte class (JSON's ``[ \t]{0,20}`` indentation) is a plain chain.
 
 States that cannot reach their rule's end are marked dead (``live``), so determinisation never
 enters them: that is what makes "a walk under the mask never reaches a dead end" true.
@@ -43,6 +44,12 @@ except ImportError:  # pragma: no cover - depends on the build
 INLINE_LIMIT = 6000
 # Bounded repetitions with at least this many copies are copied lazily (see LazyRepeat).
 LAZY_REPEAT_MIN = 8
+# Bounded repetitions of one byte class up to this many times are a plain chain of states
+# (see _Builder._build_byte_chain), however large.
+BYTE_CHAIN_MAX = 64
+# A lazily repeated item is determinised when that makes it smaller (_compact_fragment), if it
+# has at most this many NFA states: beyond, trying costs more than a copy saves.
+COMPACT_MAX_STATES = 256
 MAX_NFA_STATES = 2_000_000
 
 
@@ -454,6 +461,10 @@ class _Builder:
 
     def _build_repeat(self, e: Repeat, start: int, end: int, path: tuple[str, ...]) -> None:
         nfa = self.nfa
+        ranges = self._single_byte_ranges(e.item)
+        if ranges is not None and e.max is not None and e.max <= BYTE_CHAIN_MAX:
+            self._build_byte_chain(ranges, e.min, e.max, start, end)
+            return
         if e.max is not None and e.max >= LAZY_REPEAT_MIN:
             self._build_lazy_repeat(e, start, end, path)
             return
@@ -486,6 +497,34 @@ class _Builder:
             cur = exit_
         nfa.eps[cur].append(end)
 
+    def _single_byte_ranges(self, item: Expr) -> list[tuple[int, int]] | None:
+        """The byte ranges of an item that is one byte (``[ \\t]``, ``[0-9]``), else None."""
+        if isinstance(item, ByteSet):
+            return list(item.ranges) if item.ranges else None
+        if isinstance(item, CharSet):
+            paths = self._utf8_paths(item)
+            if paths and all(len(p) == 1 for p in paths):
+                return [p[0] for p in paths]
+        return None
+
+    def _build_byte_chain(self, ranges: list[tuple[int, int]], low: int, high: int,
+                          start: int, end: int) -> None:
+        """``[set]{low,high}`` as a chain of ``high`` byte steps, each state past ``low``
+        free to leave: one state a position, no copies and no lazy machinery. JSON's
+        whitespace (``[ \\t]{0,20}`` between every two tokens of a schema) is this, and its
+        DFA states are made per position while walking space-run tokens (SmolLM2 has them up
+        to 64 bytes): cheaper than copies pasted on demand."""
+        nfa = self.nfa
+        cur = start
+        for i in range(high):
+            if i >= low:
+                nfa.eps[cur].append(end)
+            nxt = end if i == high - 1 else nfa.new_state()
+            nfa.byte_edges[cur].extend([(lo, hi, nxt) for lo, hi in ranges])
+            cur = nxt
+        if high == 0:
+            nfa.eps[start].append(end)
+
     def _build_lazy_repeat(self, e: Repeat, start: int, end: int, path: tuple[str, ...]) -> None:
         nfa = self.nfa
         first = nfa.new_state()
@@ -517,7 +556,8 @@ class _Builder:
         """
         nfa = self.nfa
         stop = len(nfa.eps)
-        if any(nfa.call_edges[x] for x in range(first, stop)) or \
+        if stop - first > COMPACT_MAX_STATES or \
+                any(nfa.call_edges[x] for x in range(first, stop)) or \
                 any(first <= x < stop for x in nfa.lazy_exits):
             return exit_
         memo: dict[int, frozenset[int]] = {}
