@@ -8,10 +8,7 @@ recursion (a rule that can call itself before consuming a byte) is refused with 
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -19,6 +16,7 @@ from formcast.engine.determinise import PyDeterminiser, make_determiniser
 from formcast.engine.follow import follow_bytes
 from formcast.engine.nfa import NFA, LazyRepeat, build_nfa
 from formcast.errors import LeftRecursionError
+from formcast.gc_pause import gc_paused
 from formcast.grammar.ir import Grammar
 
 
@@ -182,20 +180,6 @@ class Automaton:
         while q < self._core.n_states and q < limit:
             self.ensure(q)
             q += 1
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: compiling allocates tens of thousands of small
-    lists, which trigger full collections over everything else the process holds (measured:
-    a third to a half of an invoice schema's compile time). Nothing built here is cyclic."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _identity(record: LazyRepeat) -> LazyRepeat:

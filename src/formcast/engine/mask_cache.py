@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from formcast.engine.arrays import sorted_unique
 from formcast.engine.lexer import Automaton
 from formcast.engine.memo_budget import MemoBudget, MemoStore, default_budget
 from formcast.engine.parser import DenseStates, Parser, State
@@ -423,7 +424,7 @@ class MaskCache:
         if needs.size:
             needs = needs[trie.id_lens[needs] < reach]
         if extra.needs_context.size:
-            needs = np.union1d(needs, extra.needs_context)
+            needs = sorted_unique(np.concatenate((needs, extra.needs_context)))
         return StateVerdict(allowed, needs, max(alike.depth, extra.depth))
 
     def mask_for(self, state: State) -> np.ndarray:

@@ -13,6 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from formcast.engine.arrays import sorted_unique
+
+# Up to this many token ids, rows_of sorts them instead of marking a vocabulary-sized array.
+_FEW_ROWS = 2048
+
 
 class TokenTrie:
     """Level arrays of the trie of ``token_bytes`` (empty byte strings are left out)."""
@@ -81,13 +86,19 @@ class TokenTrie:
 
     def rows_of(self, *token_ids: np.ndarray) -> np.ndarray:
         """The sorted trie rows of the given token ids, without repeats (ids outside the
-        trie are dropped). Marked in an array, not sorted: there can be tens of thousands."""
-        marked = np.zeros(self.ids.size + 1, dtype=bool)  # the last slot takes the dropped
-        for ids in token_ids:
-            ids = np.asarray(ids, dtype=np.int64)
-            ids = ids[(ids >= 0) & (ids < self._row_of_id.size)]
-            marked[self._row_of_id[ids]] = True  # -1 (not in the trie) marks the last slot
-        return np.flatnonzero(marked[:-1])
+        trie are dropped). Many ids are marked in an array, not sorted (there can be tens of
+        thousands); a few are sorted, which spares a vocabulary-sized array: written fresh in
+        a cold mask, its pages cost up to 200 us to fault in, for a handful of tokens."""
+        parts = [np.asarray(ids, dtype=np.int64) for ids in token_ids]
+        ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        ids = ids[(ids >= 0) & (ids < self._row_of_id.size)]
+        rows = self._row_of_id[ids]
+        rows = rows[rows >= 0]  # -1: not in the trie
+        if rows.size <= _FEW_ROWS:
+            return sorted_unique(rows)
+        marked = np.zeros(self.ids.size, dtype=bool)
+        marked[rows] = True
+        return np.flatnonzero(marked)
 
     def rows_at_least(self, length: int) -> np.ndarray:
         """The sorted trie rows of tokens of ``length`` bytes or more (memoised)."""

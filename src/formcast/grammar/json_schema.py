@@ -41,6 +41,7 @@ from formcast.errors import (
     SchemaSyntaxError,
     UnsupportedSchemaError,
 )
+from formcast.gc_pause import gc_paused
 from formcast.grammar import charfa
 from formcast.grammar.cache import DEFAULT_CACHE, CompileCache, Memo, schema_hash
 from formcast.grammar.ir import (
@@ -176,7 +177,8 @@ def compile_json_schema(schema: Any, *, whitespace: str = "flexible", strict: bo
     key = (digest, COMPILER_VERSION, tuple(sorted(asdict(options).items())))
 
     def build() -> Grammar:
-        return SchemaCompiler(schema, options, digest).compile()
+        with gc_paused():
+            return SchemaCompiler(schema, options, digest).compile()
 
     grammar = cache.get_or_compile(key, build) if cache is not None else build()
     report = grammar.report
