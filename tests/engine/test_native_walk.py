@@ -21,7 +21,7 @@ from test_matcher_fuzz import (
     synthetic_vocabs,
 )
 
-from formcast.engine import mask_cache
+from formcast.engine import mask_cache, token_trie
 from formcast.engine.mask_cache import MaskCache, classify_tokens_native, classify_tokens_numpy
 from formcast.engine.matcher import Matcher
 from formcast.engine.parser import DenseStates
@@ -111,3 +111,57 @@ def test_numpy_fallback_gives_the_same_masks(monkeypatch):
     for b, want in zip(text, masks, strict=True):
         assert np.array_equal(fallback.next_token_mask(), want)
         assert fallback.accept_bytes(bytes([b]))
+
+
+def _paths(flat) -> list[bytes]:
+    """Each node's byte path, rebuilt from the preorder records (depth says the parent)."""
+    nodes = flat.nodes.view(token_trie.NODE_DTYPE)
+    paths: list[bytes] = []
+    stack: list[bytes] = []
+    for node in nodes:
+        depth = int(node["depth"])
+        del stack[depth:]
+        path = (stack[-1] if stack else b"") + (bytes([int(node["byte"])]) if depth else b"")
+        stack.append(path)
+        paths.append(path)
+    return paths
+
+
+def test_flat_trie_is_a_preorder_with_subtree_ranges():
+    """The C walk reads the nodes front to back and jumps over a refused subtree: a node's
+    subtree must be exactly the nodes after it up to ``subtree_end``, its tokens the rows
+    ``[row_lo, row_hi)``, and the tokens ending at it the first ``end_count`` of those."""
+    tokens = [b"", b"a", b"ab", b"abc", b"abd", b"b", b"ba", b"\xff", b"\xff\x00", b"c", b"ab"]
+    trie = token_trie.TokenTrie(tokens, len(tokens))
+    flat = trie.flat()
+    nodes = flat.nodes.view(token_trie.NODE_DTYPE)
+    paths = _paths(flat)
+    assert paths[0] == b"" and len(set(paths)) == len(paths) == flat.n_nodes
+    assert paths == sorted(paths)  # preorder of a byte trie is the sorted order of its paths
+    row_bytes = [tokens[t] for t in trie.ids]
+    for i, node in enumerate(nodes):
+        below = [p for p in paths[i + 1:] if p.startswith(paths[i])]
+        assert paths[i + 1:int(node["subtree_end"])] == below
+        rows = range(int(node["row_lo"]), int(node["row_hi"]))
+        assert [r for r, b in enumerate(row_bytes) if b.startswith(paths[i])] == list(rows)
+        ending = [r for r in rows if row_bytes[r] == paths[i]]
+        assert ending == list(rows)[:int(node["end_count"])]
+        assert flat.maxlen[i] == max((len(row_bytes[r]) for r in rows), default=0)
+
+
+@needs_native
+def test_c_walk_refuses_a_broken_trie_instead_of_reading_past_it():
+    grammar = Grammar.from_regex("[a-c]+")
+    from formcast.engine.vocab import Vocabulary
+
+    vocab = Vocabulary.from_tokens([b""] + [b"a", b"ab", b"abc", b"b", b"ca"], eos_ids=[0])
+    m = Matcher(grammar, vocab)
+    flat = m.compiled.table.trie.flat()
+    nodes = flat.nodes.view(token_trie.NODE_DTYPE)
+    saved = int(nodes[1]["subtree_end"])
+    nodes[1]["subtree_end"] = flat.n_nodes + 5  # past the end of the array
+    try:
+        with pytest.raises(IndexError, match="out of range"):
+            m.next_token_mask()
+    finally:
+        nodes[1]["subtree_end"] = saved  # the table is shared by this vocabulary's matchers

@@ -1,7 +1,7 @@
 /* The token-trie walk of a cold mask, in C.
  *
  * The engine decides *which* automaton states exist and fills their byte rows; this module
- * walks the vocabulary's trie through them, depth first. One-frame states it meets unfilled
+ * walks the vocabulary's trie through them, depth first, in the order its nodes are stored. One-frame states it meets unfilled
  * are built on the spot by the C determiniser (through its capsule); at any other unfilled
  * state it stops and hands back the (node, state) pairs, which the caller fills and passes
  * in again, until nothing is pending. The per-node work is what the numpy walk in
@@ -23,12 +23,6 @@
 #include <string.h>
 
 #include "_determinise_api.h"
-
-#if defined(__GNUC__) || defined(__clang__)
-#define PREFETCH(p) __builtin_prefetch(p)
-#else
-#define PREFETCH(p) ((void)(p))
-#endif
 
 typedef struct {
     Py_buffer b;
@@ -79,12 +73,16 @@ static int any_between(const int64_t *sorted, Py_ssize_t n, int64_t lo, int64_t 
     return a < n && sorted[a] < hi;
 }
 
-#define N_BUFS 12
+#define N_BUFS 13
 
-/* One trie node, its fields side by side: the walk reads most of them for every child it
- * visits, and one cache line a node beats seven arrays (FlatTrie.nodes, int32 x 8). */
+/* One trie node in depth-first (pre)order, 16 bytes (FlatTrie.nodes): a node's subtree is the
+ * nodes after it up to ``subtree_end``, so the walk reads the array front to back and skips a
+ * refused subtree by jumping ahead. Read in memory order, the trie streams through the cache
+ * instead of missing on every child's children (the breadth-first layout did). */
 typedef struct {
-    int32_t first_child, end_child, row_lo, row_hi, end_count, maxlen, depth, byte;
+    int32_t subtree_end, row_lo, row_hi;
+    uint16_t depth;
+    uint8_t byte, end_count;
 } Node;
 
 /* The determiniser's C entry points (NULL until a walk is given a Core). */
@@ -94,9 +92,9 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objs[N_BUFS];
     PyObject *core = Py_None;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOO|O", &objs[0], &objs[1], &objs[2], &objs[3],
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOO|O", &objs[0], &objs[1], &objs[2], &objs[3],
                           &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &objs[10],
-                          &objs[11], &core))
+                          &objs[11], &objs[12], &core))
         return NULL;
     /* With a determiniser Core, one-frame states met unfilled are built here, in C. */
     int fill_inline = core != Py_None;
@@ -106,8 +104,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     }
     static const char *names[N_BUFS] = {
         "table", "filled", "finishes", "nodes", "subtree_bytes", "ids", "chain", "outside_bytes",
-        "pending_in", "allowed", "only_rows", "follow"};
-    static const Py_ssize_t sizes[N_BUFS] = {4, 1, 1, 4, 8, 4, 8, 8, 8, 1, 8, 1};
+        "pending_in", "allowed", "only_rows", "follow", "maxlen"};
+    static const Py_ssize_t sizes[N_BUFS] = {4, 1, 1, 1, 8, 4, 8, 8, 8, 1, 8, 1, 4};
     Buf bufs[N_BUFS];
     memset(bufs, 0, sizeof(bufs));
     for (int i = 0; i < N_BUFS; i++) {
@@ -136,41 +134,47 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     Py_ssize_t chain_len = bufs[6].b.len / 8;
     int use_slice = chain_len > 0 && bufs[7].b.len == 32;
     Py_ssize_t n_in = bufs[8].b.len / 8 / 3;
-    /* Sorted token rows the walk is limited to (empty: all): a child is skipped when none
-     * of them lies below it. */
+    /* Sorted token rows the walk is limited to (empty: all): a subtree is skipped when none
+     * of them lies in it. */
     const int64_t *only = bufs[10].b.buf;
     Py_ssize_t n_only = bufs[10].b.len / 8;
     /* Bytes that can follow the base frame's end in some context: a token that passes a point
      * where the frame could end goes on in the context only with one of them next. */
     const uint8_t *follow = bufs[11].b.buf;
+    const int32_t *maxlen = bufs[12].b.buf; /* longest token below each node, in bytes */
     if (bufs[3].b.len % (Py_ssize_t)sizeof(Node) || bufs[4].b.len != 32 * n_nodes ||
-        bufs[0].b.len < 4 * 256 * n_states || bufs[11].b.len != 256) {
+        bufs[12].b.len != 4 * n_nodes || bufs[0].b.len < 4 * 256 * n_states ||
+        bufs[11].b.len != 256) {
         release(bufs, N_BUFS);
         PyErr_SetString(PyExc_ValueError, "trie walk: array sizes do not match");
         return NULL;
     }
-
-    /* Small to start with (a cold mask usually stops after a few hundred nodes); grown by
-     * doubling, so the bound (every node at most once on each) is never allocated up front. */
-    Py_ssize_t stack_cap = 256 + n_in, pending_cap = 64;
-    int64_t *stack = malloc(sizeof(int64_t) * 3 * (size_t)stack_cap);
-    int64_t *pending = malloc(sizeof(int64_t) * 3 * (size_t)pending_cap);
-    if (!stack || !pending) {
-        free(stack);
-        free(pending);
+    /* The deepest node is the longest token (the root's maxlen); one state per depth. */
+    int32_t max_depth = n_nodes > 0 ? maxlen[0] : 0;
+    if (max_depth < 0 || max_depth > 65535) {
         release(bufs, N_BUFS);
-        return PyErr_NoMemory();
+        PyErr_SetString(PyExc_ValueError, "trie walk: bad trie depth");
+        return NULL;
     }
-    Py_ssize_t top = 0, n_pending = 0;
-    for (Py_ssize_t i = 0; i < n_in; i++)
-        push3(&stack, &stack_cap, &top, pending_in[3 * i], pending_in[3 * i + 1],
-              pending_in[3 * i + 2]);
-    int bad = 0;
-    int32_t reached = 0; /* deepest byte the verdicts depended on */
+    int64_t *st_state = calloc((size_t)max_depth + 1, sizeof(int64_t));
+    int64_t *st_flag = calloc((size_t)max_depth + 1, sizeof(int64_t));
+    uint8_t *st_ends = calloc((size_t)max_depth + 1, 1);
+    Py_ssize_t pending_cap = 64, n_pending = 0;
+    int64_t *pending = malloc(sizeof(int64_t) * 3 * (size_t)pending_cap);
     /* Tokens needing the context are few: collected as ids, not marked in an array. */
     Py_ssize_t needs_cap = 64, n_needs = 0;
     int64_t *needs = malloc(sizeof(int64_t) * (size_t)needs_cap);
-    if (!needs) bad = 2;
+    if (!st_state || !st_flag || !st_ends || !pending || !needs) {
+        free(st_state);
+        free(st_flag);
+        free(st_ends);
+        free(pending);
+        free(needs);
+        release(bufs, N_BUFS);
+        return PyErr_NoMemory();
+    }
+    int bad = 0;
+    int32_t reached = 0; /* deepest byte the verdicts depended on */
 #define CHECK_ROW(r)                                                     \
     if (r < 0 || r >= n_rows || ids[r] < 0 || ids[r] >= n_ids) {         \
         bad = 1;                                                         \
@@ -192,71 +196,97 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         }                                                                \
         needs[n_needs++] = ids[r];                                       \
     }
+/* Build state s's row on the spot when it is a one-frame state and a Core is given. */
+#define FILL_INLINE(s)                                                   \
+    if (!filled[s] && fill_inline && (s) % 2 == 0) {                     \
+        Py_BLOCK_THREADS                                                 \
+        int got = determinise_api->fill_plain(core, (long)(s), table, n_states, filled, \
+                                               finishes);                \
+        Py_UNBLOCK_THREADS                                               \
+        if (got < 0) { bad = 3; break; }                                 \
+    }
     Py_BEGIN_ALLOW_THREADS
-    while (top > 0 && !bad) {
-        top--;
-        int64_t g = stack[3 * top], s = stack[3 * top + 1], flag = stack[3 * top + 2];
+    for (Py_ssize_t item = 0; item < n_in && !bad; item++) {
+        int64_t g = pending_in[3 * item], s = pending_in[3 * item + 1];
+        int64_t flag = pending_in[3 * item + 2];
         if (g < 0 || g >= n_nodes || s < 0 || s >= n_states) { bad = 1; break; }
-        if (!filled[s] && fill_inline && s % 2 == 0) {
-            Py_BLOCK_THREADS
-            int got = determinise_api->fill_plain(core, (long)s, table, n_states, filled,
-                                                   finishes);
-            Py_UNBLOCK_THREADS
-            if (got < 0) { bad = 3; break; }
-        }
+        FILL_INLINE(s)
         if (!filled[s]) {
             if (!push3(&pending, &pending_cap, &n_pending, g, s, flag)) { bad = 2; break; }
             continue;
         }
-        const Node *node = nodes + g;
-        int32_t d = node->depth;
-        /* bit 0 of flag: the base frame could end on the way, with a byte that can follow it
-         * next; bit 1: the path left the slice (a byte outside it), so the chain no longer
-         * vouches for what follows. */
-        int ends_here = d > 0 && finishes[s];
-        const int32_t *row = table + 256 * s;
-        if (node->first_child < node->end_child && d + 1 > reached) reached = d + 1;
-        for (int32_t c = node->first_child; c < node->end_child && !bad; c++) {
-            if (c < 0 || c >= n_nodes) { bad = 1; break; }
-            const Node *kid = nodes + c;
-            if (n_only && !any_between(only, n_only, kid->row_lo, kid->row_hi)) continue;
-            int64_t child_flag = flag | (ends_here && follow[(kid->byte & 255)]);
-            int32_t ns = row[(kid->byte & 255)];
-            if (ns < 0) {
-                if (child_flag & 1) NEED(kid->row_lo, kid->row_hi)
+        int32_t d0 = nodes[g].depth, end = nodes[g].subtree_end;
+        if (d0 > max_depth || end <= g || end > n_nodes) { bad = 1; break; }
+        st_state[d0] = s;
+        st_flag[d0] = flag;
+        st_ends[d0] = d0 > 0 && finishes[s];
+        if (g + 1 < end && d0 + 1 > reached) reached = d0 + 1;
+        int32_t i = (int32_t)g + 1;
+        while (i < end) {
+            const Node *node = nodes + i;
+            int32_t d = node->depth, next = node->subtree_end;
+            /* bit 0 of a flag: the base frame could end on the way, with a byte that can follow
+             * it next; bit 1: the path left the slice (a byte outside it), so the chain no
+             * longer vouches for what follows. */
+            if (d < 1 || d > max_depth || next <= i || next > end) { bad = 1; break; }
+            if (n_only && !any_between(only, n_only, node->row_lo, node->row_hi)) {
+                i = next;
                 continue;
             }
-            ALLOW(kid->row_lo, kid->row_lo + kid->end_count)
-            if (use_slice && (outside[(kid->byte & 255) >> 6] >> ((kid->byte & 255) & 63)) & 1) child_flag |= 2;
+            int byte = node->byte;
+            int64_t child_flag = st_flag[d - 1] | (st_ends[d - 1] && follow[byte]);
+            int32_t ns = table[256 * st_state[d - 1] + byte];
+            if (ns < 0) {
+                if (child_flag & 1) NEED(node->row_lo, node->row_hi)
+                if (bad) break;
+                i = next;
+                continue;
+            }
+            ALLOW(node->row_lo, node->row_lo + node->end_count)
+            if (bad) break;
+            if (use_slice && (outside[byte >> 6] >> (byte & 63)) & 1) child_flag |= 2;
             /* On the chain: its state says so, or (for a chain known to repeat, whose later
              * entries are -1) every byte so far was a slice byte. */
-            int on_chain = use_slice && d + 1 < chain_len &&
-                           (chain[d + 1] >= 0 ? ns == chain[d + 1] : !(child_flag & 2));
-            if (on_chain && kid->maxlen < chain_len) {
-                const uint64_t *below = subtree + 4 * (size_t)c;
+            int on_chain = use_slice && d < chain_len &&
+                           (chain[d] >= 0 ? ns == chain[d] : !(child_flag & 2));
+            if (on_chain && maxlen[i] < chain_len) {
+                const uint64_t *below = subtree + 4 * (size_t)i;
                 if (!((below[0] & outside[0]) | (below[1] & outside[1]) |
                       (below[2] & outside[2]) | (below[3] & outside[3]))) {
-                    if (kid->maxlen > reached) reached = kid->maxlen;
-                    ALLOW(kid->row_lo, kid->row_hi)
+                    if (maxlen[i] > reached) reached = maxlen[i];
+                    ALLOW(node->row_lo, node->row_hi)
+                    if (bad) break;
+                    i = next;
                     continue;
                 }
             }
-            if (kid->first_child < kid->end_child) {
-                /* visited soon (depth first): fetch its children and its state's row early */
-                PREFETCH(nodes + kid->first_child);
-                PREFETCH(table + 256 * (size_t)ns);
-                if (!push3(&stack, &stack_cap, &top, c, ns, child_flag)) {
-                    bad = 2;
-                    break;
+            if (next > i + 1) { /* it has children: walk them in state ns */
+                if (ns >= n_states || d >= max_depth) { bad = 1; break; }
+                FILL_INLINE(ns)
+                if (!filled[ns]) {
+                    if (!push3(&pending, &pending_cap, &n_pending, i, ns, child_flag)) {
+                        bad = 2;
+                        break;
+                    }
+                    i = next;
+                    continue;
                 }
+                if (d + 1 > reached) reached = d + 1;
+                st_state[d] = ns;
+                st_flag[d] = child_flag;
+                st_ends[d] = finishes[ns];
             }
+            i++;
         }
     }
     Py_END_ALLOW_THREADS
 #undef ALLOW
 #undef NEED
 #undef CHECK_ROW
-    free(stack);
+#undef FILL_INLINE
+    free(st_state);
+    free(st_flag);
+    free(st_ends);
     release(bufs, N_BUFS);
     if (bad) {
         free(pending);
@@ -485,7 +515,7 @@ fail:
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(table, filled, finishes, nodes, subtree_bytes, ids, chain, outside_bytes, pending_in, "
-     "allowed, only_rows, follow[, core]) -> (bytes "
+     "allowed, only_rows, follow, maxlen[, core]) -> (bytes "
      "of int64 (node, state, flag) triples that stopped at unfilled rows, bytes of int64 ids "
      "of tokens that need the context, deepest byte looked at); allowed token ids get their bit "
      "set in allowed (bit t % 8 of byte t // 8); with a determiniser Core, one-frame states are "

@@ -123,7 +123,7 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
         raw, needing, reached = _trie_walk.walk(
             dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8),
             flat.nodes, flat.subtree_bytes, flat.ids, chain, outside, pending, allowed,
-            only_rows, follow, core)
+            only_rows, follow, flat.maxlen, core)
         if needing:
             needs.append(needing)
         depth = max(depth, reached)

@@ -139,41 +139,48 @@ class TokenTrie:
         return got
 
 
+# FlatTrie.nodes: one 16-byte record a node, the layout the C walk reads (see _trie_walk.c).
+NODE_DTYPE = np.dtype([("subtree_end", "<i4"), ("row_lo", "<i4"), ("row_hi", "<i4"),
+                       ("depth", "<u2"), ("byte", "u1"), ("end_count", "u1")])
+
+
 class FlatTrie:
-    """Node arrays over all levels, node ``offset[L] + j`` being node ``j`` of level ``L``
-    (the root is node 0). Tokens ending exactly at a node are the first ``end_count`` rows of
-    its range: a prefix sorts before its extensions."""
+    """The trie's nodes in depth-first preorder, for the C walk: node 0 is the root, a node's
+    subtree is the nodes after it up to ``subtree_end``, its tokens are the rows ``[row_lo,
+    row_hi)``, and the tokens ending exactly at it are the first ``end_count`` of them (a
+    prefix sorts before its extensions). The walk then reads the array front to back.
+
+    Preorder is the order of (first row, depth): a node comes right before its first child,
+    which shares its first row unless a token ends at the node, and a subtree's nodes are
+    exactly those after it whose first row lies before the node's last row plus one."""
 
     def __init__(self, trie: TokenTrie) -> None:
         counts = [rows.size for rows in trie.node_row]
-        offset = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        total = int(offset[-1])
-
-        def gather(parts: list[np.ndarray], dtype) -> np.ndarray:
-            return np.ascontiguousarray(np.concatenate(parts).astype(dtype)) if total else \
-                np.zeros(0, dtype)
-
+        total = sum(counts)
         levels = range(len(counts))
-        self.first_child = gather([offset[min(L + 1, len(counts))] + trie.child_lo[L]
-                                   for L in levels], np.int32)
-        self.end_child = gather([offset[min(L + 1, len(counts))] + trie.child_hi[L]
-                                 for L in levels], np.int32)
-        self.byte = gather([trie.byte[L] for L in levels], np.uint8)
-        self.row_lo = gather([trie.node_row[L] for L in levels], np.int32)
-        self.row_hi = gather([trie.node_hi[L] for L in levels], np.int32)
-        self.end_count = gather([np.bincount(trie.end_node[L], minlength=counts[L])
-                                 for L in levels], np.int32)
-        self.maxlen = gather([trie.node_maxlen[L] for L in levels], np.int32)
-        self.depth = gather([np.full(counts[L], L) for L in levels], np.int32)
+        row_lo = np.concatenate(trie.node_row).astype(np.int64)
+        depth = np.concatenate([np.full(counts[L], L) for L in levels]).astype(np.int64)
+        order = np.lexsort((depth, row_lo))
+        row_lo = row_lo[order]
+        row_hi = np.concatenate(trie.node_hi).astype(np.int64)[order]
+        end_count = np.concatenate([np.bincount(trie.end_node[L], minlength=counts[L])
+                                    for L in levels])[order]
+        if trie.max_len > 0xFFFF or (end_count.size and end_count.max() > 0xFF):
+            raise ValueError("vocabulary too unusual for the C walk: a token over 65,535 bytes "
+                             "or more than 255 tokens with the same bytes")
+        nodes = np.zeros(total, dtype=NODE_DTYPE)
+        nodes["subtree_end"] = np.searchsorted(row_lo, row_hi, side="left")
+        nodes["row_lo"] = row_lo
+        nodes["row_hi"] = row_hi
+        nodes["depth"] = depth[order]
+        nodes["byte"] = np.concatenate(trie.byte)[order]
+        nodes["end_count"] = end_count
+        self.nodes = nodes.view(np.uint8)  # the C walk takes bytes and reads the records
+        self.maxlen = np.ascontiguousarray(
+            np.concatenate(trie.node_maxlen)[order].astype(np.int32))
         self.n_nodes = total
-        # The fields the C walk reads for every child, side by side (one cache line a node
-        # instead of one miss per array): first_child, end_child, row_lo, row_hi, end_count,
-        # maxlen, depth, byte.
-        self.nodes = np.ascontiguousarray(np.stack(
-            [self.first_child, self.end_child, self.row_lo, self.row_hi, self.end_count,
-             self.maxlen, self.depth, self.byte.astype(np.int32)], axis=1).astype(np.int32))
         self.ids = trie.ids.astype(np.int32)
-        self.subtree_bytes = _subtree_bytes(trie, counts)
+        self.subtree_bytes = np.ascontiguousarray(_subtree_bytes(trie, counts)[order])
 
 
 def _subtree_bytes(trie: TokenTrie, counts: list[int]) -> np.ndarray:
