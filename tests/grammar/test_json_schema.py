@@ -54,6 +54,71 @@ PERSON = {
 # ----------------------------------------------------------------------------- basics
 
 
+ORDER = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"},
+        "lines": {"type": "array", "items": {"$ref": "#/$defs/line"}, "minItems": 1},
+        "ship_to": {"$ref": "#/$defs/address"},
+        "bill_to": {"$ref": "#/$defs/address"},
+    },
+    "required": ["id", "lines"],
+    "additionalProperties": False,
+    "$defs": {
+        "line": {"type": "object", "properties": {
+            "sku": {"type": "string", "maxLength": 8},
+            "qty": {"type": "integer", "minimum": 1, "maximum": 99}},
+            "required": ["sku", "qty"], "additionalProperties": False},
+        "address": {"type": "object", "properties": {
+            "city": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+            "required": ["city"], "additionalProperties": False},
+    },
+}
+ORDER_VALUES = [
+    ({"id": "AB-123", "lines": [{"sku": "x1", "qty": 3}]}, True),
+    ({"id": "AB-123", "lines": [{"sku": "x1", "qty": 3}, {"sku": "", "qty": 99}],
+      "ship_to": {"city": "Lyon", "zip": "69001"}, "bill_to": {"city": "Ys"}}, True),
+    ({"id": "AB-12", "lines": [{"sku": "x1", "qty": 3}]}, False),
+    ({"id": "AB-123", "lines": []}, False),
+    ({"id": "AB-123", "lines": [{"sku": "x1", "qty": 100}]}, False),
+    ({"id": "AB-123", "lines": [{"sku": "123456789", "qty": 1}]}, False),
+    ({"id": "AB-123", "lines": [{"sku": "x", "qty": 1}], "bill_to": {"zip": "69001"}}, False),
+]
+
+
+def test_engine_compiles_the_rules_as_built_and_readers_get_them_tidied() -> None:
+    """Folding single-use helper rules back in is for people (GBNF, rule counts): a matcher
+    compiles the rules as the compiler built them, which must be the same language, and
+    never pays for the tidying."""
+    from formcast.engine.matcher import Matcher
+    from formcast.engine.vocab import Vocabulary
+
+    g = Grammar.from_json_schema(ORDER, cache=None)
+    readable = g.report.readable_rules
+    vocab = Vocabulary.from_tokens([b""] + [bytes([c]) for c in range(32, 127)], eos_ids=[0])
+    for value, valid in ORDER_VALUES:
+        m = Matcher(g, vocab)
+        assert (m.accept_bytes(json.dumps(value).encode()) and m.is_accepting()) == valid, value
+    assert readable._rules is None  # a matcher was compiled and nothing was tidied
+    built, printed = Grammar(g.engine_rules), Grammar.from_gbnf(g.to_gbnf())
+    for value, valid in ORDER_VALUES:
+        assert accepts(built, value) == accepts(g, value) == accepts(printed, value) == valid
+    assert len(g.rules) < len(g.engine_rules)
+    assert g.report.rule_count == len(g.rules)
+
+
+def test_readable_rules_are_made_once_whichever_threads_ask() -> None:
+    g = Grammar.from_json_schema(ORDER, cache=None)
+    seen: list[object] = []
+    threads = [threading.Thread(target=lambda: seen.append(g.rules)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 8 and all(rules is seen[0] for rules in seen)
+
+
+
 def test_from_json_schema_returns_grammar_with_report() -> None:
     g = Grammar.from_json_schema(PERSON, cache=None)
     assert g.report is not None and g.report.exact

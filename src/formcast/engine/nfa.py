@@ -762,7 +762,7 @@ def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[s
     ``fragments[name]`` is the rule's (start, end) state pair, ``order`` the call rules with
     the start rule first, ``live[s]`` whether state ``s`` can reach its rule's end.
     """
-    rules = grammar.rules
+    rules = grammar.engine_rules
     call_rules = _choose_call_rules(rules, grammar.start)
     builder = _Builder(rules, call_rules)
     order = [grammar.start] + sorted(r for r in call_rules if r != grammar.start)

@@ -12,7 +12,8 @@ Expressions are frozen dataclasses: hashable, comparable and safe to share acros
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -281,12 +282,19 @@ class Grammar:
     Build one with a front end (``from_gbnf``, ``from_regex``, ``from_json_schema``) or from IR
     expressions directly. ``report`` is the ``CompileReport`` of the front end that built it
     (JSON Schema fills it; others leave ``None``).
+
+    A front end may hand over its rules as built plus a ``readable`` form of them
+    (``ReadableRules``: the JSON Schema compiler folds its single-use helper rules back in):
+    ``rules``, the GBNF and the report's rule count show the readable form, made on first
+    use; the engine compiles the rules as built (``engine_rules``), which define the same
+    language, so a compile for a matcher never pays for the tidying.
     """
 
-    __slots__ = ("_rules", "_start", "_report", "_fingerprint")
+    __slots__ = ("_rules", "_start", "_report", "_fingerprint", "_readable")
 
     def __init__(self, rules: Mapping[str, Expr], start: str = "root", *,
-                 report: CompileReport | None = None) -> None:
+                 report: CompileReport | None = None,
+                 readable: ReadableRules | None = None) -> None:
         frozen = dict(rules)
         if start not in frozen:
             raise GrammarError(f"start rule {start!r} is not defined")
@@ -299,12 +307,19 @@ class Grammar:
         object.__setattr__(self, "_start", start)
         object.__setattr__(self, "_report", report)
         object.__setattr__(self, "_fingerprint", None)
+        object.__setattr__(self, "_readable", readable)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Grammar objects are immutable")
 
     @property
     def rules(self) -> Mapping[str, Expr]:
+        """The rules, in their readable form."""
+        return self._rules if self._readable is None else self._readable.rules()
+
+    @property
+    def engine_rules(self) -> Mapping[str, Expr]:
+        """The rules as the front end built them (the same language as ``rules``)."""
         return self._rules
 
     @property
@@ -317,7 +332,7 @@ class Grammar:
 
     @property
     def fingerprint(self) -> str:
-        """A stable hash of the grammar's rules (for cache keys)."""
+        """A stable hash of the grammar's rules as built (for cache keys)."""
         if self._fingerprint is None:
             text = repr((self._start, sorted(self._rules.items(), key=lambda kv: kv[0])))
             object.__setattr__(self, "_fingerprint", hashlib.sha256(text.encode()).hexdigest()[:32])
@@ -330,7 +345,7 @@ class Grammar:
         return hash(self.fingerprint)
 
     def __repr__(self) -> str:
-        return f"Grammar(start={self._start!r}, rules={len(self._rules)})"
+        return f"Grammar(start={self._start!r}, rules={len(self.rules)})"
 
     # Front ends are imported lazily so that ``ir`` stays the bottom of the grammar layer.
     @classmethod
@@ -359,6 +374,29 @@ class Grammar:
         from formcast.grammar.json_schema import compile_json_schema
 
         return compile_json_schema(schema, **options)
+
+
+class ReadableRules:
+    """The readable form of a front end's rules, ``tidy(built)``, made once, on first use,
+    by whichever thread asks first (grammars and reports are shared across threads)."""
+
+    __slots__ = ("_built", "_tidy", "_lock", "_rules")
+
+    def __init__(self, built: Mapping[str, Expr],
+                 tidy: Callable[[Mapping[str, Expr]], Mapping[str, Expr]]) -> None:
+        self._built = built
+        self._tidy = tidy
+        self._lock = threading.Lock()
+        self._rules: Mapping[str, Expr] | None = None
+
+    def rules(self) -> Mapping[str, Expr]:
+        got = self._rules
+        if got is None:
+            with self._lock:
+                if self._rules is None:
+                    self._rules = MappingProxyType(dict(self._tidy(self._built)))
+                got = self._rules
+        return got
 
 
 def _undefined_refs(expr: Expr, rules: Mapping[str, Expr]) -> list[str]:

@@ -50,6 +50,7 @@ from formcast.grammar.ir import (
     Choice,
     Expr,
     Grammar,
+    ReadableRules,
     Ref,
     Repeat,
     Seq,
@@ -476,7 +477,8 @@ class SchemaCompiler:
         self.open.append("root")
         self.rules["root"] = self.compile_node(self.schema, root_loc)
         self.open.pop()
-        rules = prune_rules(self.rules, self.keep)
+        keep = frozenset(self.keep)
+        readable = ReadableRules(dict(self.rules), lambda built: prune_rules(built, set(keep)))
         if self.acc.unknown:
             self.note("unknown keywords ignored (they are annotations in JSON Schema): "
                       + ", ".join(sorted(self.acc.unknown)))
@@ -484,10 +486,10 @@ class SchemaCompiler:
         compiled = Counter(kw for ptr, kw in self.seen if (ptr, kw) not in self.unenforced)
         report = CompileReport(
             compiled=dict(compiled), unenforced=unenforced, notes=tuple(self.notes),
-            rule_count=len(rules), compile_seconds=time.perf_counter() - started,
+            readable_rules=readable, compile_seconds=time.perf_counter() - started,
             schema_hash=self.digest, compiler_version=COMPILER_VERSION,
             options=asdict(self.options))
-        return Grammar(rules, "root", report=report)
+        return Grammar(self.rules, "root", report=report, readable=readable)
 
     def compile_node(self, schema: Any, loc: Loc) -> Expr:
         """The grammar of one subschema."""

@@ -39,7 +39,7 @@ SHARED_BODY_NODES = 500
 _SHARED_BODY_REFS = Memo(64)
 
 
-def prune_rules(rules: dict[str, Expr], keep: set[str]) -> dict[str, Expr]:
+def prune_rules(rules: Mapping[str, Expr], keep: set[str]) -> dict[str, Expr]:
     """Drop unreachable rules and inline helper rules used once (and not recursive)."""
     return _Pruner(keep).run(dict(rules))
 

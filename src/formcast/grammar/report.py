@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from formcast.grammar.ir import ReadableRules
+
 
 @dataclass(frozen=True, slots=True)
 class Unenforced:
@@ -40,7 +42,8 @@ class CompileReport:
     compiled: Mapping[str, int]
     unenforced: tuple[Unenforced, ...]
     notes: tuple[str, ...]
-    rule_count: int
+    # the grammar's rules in their readable form (counted on first use of ``rule_count``)
+    readable_rules: ReadableRules = field(compare=False, repr=False)
     compile_seconds: float
     schema_hash: str
     compiler_version: str
@@ -49,6 +52,11 @@ class CompileReport:
     def __post_init__(self) -> None:
         object.__setattr__(self, "compiled", MappingProxyType(dict(sorted(self.compiled.items()))))
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+    @property
+    def rule_count(self) -> int:
+        """How many rules the grammar has in its readable form (``Grammar.rules``)."""
+        return len(self.readable_rules.rules())
 
     @property
     def exact(self) -> bool:
