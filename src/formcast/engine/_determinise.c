@@ -1123,6 +1123,75 @@ static PyObject *core_n_states(Core *c, void *closure) {
     return PyLong_FromSsize_t(c->n_states);
 }
 
+/* Append to outs[k] (the NFA's eps, byte_edges and call_edges lists) a shifted copy of one
+ * state's three edge lists (or tuples) srcs[k]: every target plus delta. */
+static int paste_state(PyObject *outs[3], PyObject *srcs[3], long delta) {
+    PyObject *parts[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 3; k++) {
+        Py_ssize_t m;
+        PyObject **src;
+        if (items_of(srcs[k], &src, &m, "pasted edges") < 0) goto fail;
+        PyObject *list = parts[k] = PyList_New(m);
+        if (!list) goto fail;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *x = src[j], *out;
+            if (k == 0) {
+                long t = PyLong_AsLong(x);
+                if (t == -1 && PyErr_Occurred()) goto fail;
+                out = PyLong_FromLong(t + delta);
+            } else {
+                Py_ssize_t width = k == 1 ? 3 : 2;
+                if (!PyTuple_Check(x) || PyTuple_GET_SIZE(x) != width) {
+                    PyErr_SetString(PyExc_TypeError, "paste: malformed edge");
+                    goto fail;
+                }
+                long t = PyLong_AsLong(PyTuple_GET_ITEM(x, width - 1));
+                if (t == -1 && PyErr_Occurred()) goto fail;
+                out = PyTuple_New(width);
+                PyObject *target = out ? PyLong_FromLong(t + delta) : NULL;
+                if (!target) {
+                    Py_XDECREF(out);
+                    goto fail;
+                }
+                for (Py_ssize_t f = 0; f + 1 < width; f++) {
+                    PyObject *field = PyTuple_GET_ITEM(x, f);
+                    Py_INCREF(field);
+                    PyTuple_SET_ITEM(out, f, field);
+                }
+                PyTuple_SET_ITEM(out, width - 1, target);
+            }
+            if (!out) goto fail;
+            PyList_SET_ITEM(list, j, out);
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        untrack_acyclic(parts[k]);
+        int bad = PyList_Append(outs[k], parts[k]);
+        Py_CLEAR(parts[k]);
+        if (bad < 0) goto fail;
+    }
+    return 0;
+fail:
+    for (int k = 0; k < 3; k++) Py_XDECREF(parts[k]);
+    return -1;
+}
+
+/* Drop the NFA's last state (a copy's entry, allocated by the caller): the copy's first
+ * state takes its number. */
+static int drop_entry(PyObject *eps, PyObject *byte_edges, PyObject *call_edges) {
+    Py_ssize_t entry = PyList_GET_SIZE(eps) - 1;
+    if (entry < 0 || PyList_GET_SIZE(byte_edges) != entry + 1 ||
+        PyList_GET_SIZE(call_edges) != entry + 1) {
+        PyErr_SetString(PyExc_ValueError, "paste: the NFA lists differ in length");
+        return -1;
+    }
+    if (PyList_SetSlice(eps, entry, entry + 1, NULL) < 0 ||
+        PyList_SetSlice(byte_edges, entry, entry + 1, NULL) < 0 ||
+        PyList_SetSlice(call_edges, entry, entry + 1, NULL) < 0)
+        return -1;
+    return 0;
+}
+
 /* paste(eps, byte_edges, call_edges, edges, delta): append shifted copies of snapshotted NFA
  * states, every edge target plus delta, replacing the last state (the copy's entry, allocated
  * by the caller). `edges` holds one (eps, byte edges, call edges) tuple of lists a state. */
@@ -1133,73 +1202,49 @@ static PyObject *paste(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!O!O!O!l", &PyList_Type, &eps, &PyList_Type, &byte_edges,
                           &PyList_Type, &call_edges, &PyList_Type, &edges, &delta))
         return NULL;
-    Py_ssize_t entry = PyList_GET_SIZE(eps) - 1;
-    if (entry < 0 || PyList_GET_SIZE(byte_edges) != entry + 1 ||
-        PyList_GET_SIZE(call_edges) != entry + 1) {
-        PyErr_SetString(PyExc_ValueError, "paste: the NFA lists differ in length");
-        return NULL;
-    }
-    if (PyList_SetSlice(eps, entry, entry + 1, NULL) < 0 ||
-        PyList_SetSlice(byte_edges, entry, entry + 1, NULL) < 0 ||
-        PyList_SetSlice(call_edges, entry, entry + 1, NULL) < 0)
-        return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(edges);
-    for (Py_ssize_t i = 0; i < n; i++) {
+    if (drop_entry(eps, byte_edges, call_edges) < 0) return NULL;
+    PyObject *outs[3] = {eps, byte_edges, call_edges};
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(edges); i++) {
         PyObject *item = PyList_GET_ITEM(edges, i);
         if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
             PyErr_SetString(PyExc_TypeError, "paste: edges are (eps, byte edges, call edges)");
             return NULL;
         }
-        PyObject *parts[3] = {NULL, NULL, NULL};
-        PyObject *outs[3] = {eps, byte_edges, call_edges};
-        for (int k = 0; k < 3; k++) {
-            Py_ssize_t m;
-            PyObject **src;
-            if (items_of(PyTuple_GET_ITEM(item, k), &src, &m, "pasted edges") < 0) goto fail;
-            PyObject *list = parts[k] = PyList_New(m);
-            if (!list) goto fail;
-            for (Py_ssize_t j = 0; j < m; j++) {
-                PyObject *x = src[j], *out;
-                if (k == 0) {
-                    long t = PyLong_AsLong(x);
-                    if (t == -1 && PyErr_Occurred()) goto fail;
-                    out = PyLong_FromLong(t + delta);
-                } else {
-                    Py_ssize_t width = k == 1 ? 3 : 2;
-                    if (!PyTuple_Check(x) || PyTuple_GET_SIZE(x) != width) {
-                        PyErr_SetString(PyExc_TypeError, "paste: malformed edge");
-                        goto fail;
-                    }
-                    long t = PyLong_AsLong(PyTuple_GET_ITEM(x, width - 1));
-                    if (t == -1 && PyErr_Occurred()) goto fail;
-                    out = PyTuple_New(width);
-                    PyObject *target = out ? PyLong_FromLong(t + delta) : NULL;
-                    if (!target) {
-                        Py_XDECREF(out);
-                        goto fail;
-                    }
-                    for (Py_ssize_t f = 0; f + 1 < width; f++) {
-                        PyObject *field = PyTuple_GET_ITEM(x, f);
-                        Py_INCREF(field);
-                        PyTuple_SET_ITEM(out, f, field);
-                    }
-                    PyTuple_SET_ITEM(out, width - 1, target);
-                }
-                if (!out) goto fail;
-                PyList_SET_ITEM(list, j, out);
-            }
-        }
-        for (int k = 0; k < 3; k++) {
-            untrack_acyclic(parts[k]);
-            int bad = PyList_Append(outs[k], parts[k]);
-            Py_CLEAR(parts[k]);
-            if (bad < 0) goto fail;
-        }
-        continue;
-    fail:
-        for (int k = 0; k < 3; k++) Py_XDECREF(parts[k]);
+        PyObject *srcs[3] = {PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1),
+                             PyTuple_GET_ITEM(item, 2)};
+        if (paste_state(outs, srcs, delta) < 0) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* paste_range(eps, byte_edges, call_edges, first, stop, exit, delta): paste's copy of the
+ * NFA's own states [first, stop), read in place instead of from a snapshot, the epsilon
+ * edges of ``exit`` left out (they lead out of the fragment, to where its first use goes
+ * on). The states read all lie before the copy, so appending never moves them. */
+static PyObject *paste_range(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *eps, *byte_edges, *call_edges;
+    long first, stop, exit_, delta;
+    if (!PyArg_ParseTuple(args, "O!O!O!llll", &PyList_Type, &eps, &PyList_Type, &byte_edges,
+                          &PyList_Type, &call_edges, &first, &stop, &exit_, &delta))
+        return NULL;
+    if (drop_entry(eps, byte_edges, call_edges) < 0) return NULL;
+    if (first < 0 || stop < first || stop > PyList_GET_SIZE(eps)) {
+        PyErr_SetString(PyExc_ValueError, "paste_range: range out of the NFA");
         return NULL;
     }
+    PyObject *outs[3] = {eps, byte_edges, call_edges};
+    PyObject *none = PyList_New(0);
+    if (!none) return NULL;
+    for (long x = first; x < stop; x++) {
+        PyObject *srcs[3] = {x == exit_ ? none : PyList_GET_ITEM(eps, x),
+                             PyList_GET_ITEM(byte_edges, x), PyList_GET_ITEM(call_edges, x)};
+        if (paste_state(outs, srcs, delta) < 0) {
+            Py_DECREF(none);
+            return NULL;
+        }
+    }
+    Py_DECREF(none);
     Py_RETURN_NONE;
 }
 
@@ -1236,6 +1281,9 @@ static PyMethodDef module_methods[] = {
      "untrack(lists...): take the lists or tuples each list holds out of the cyclic collector"},
     {"paste", paste, METH_VARARGS,
      "paste(eps, byte_edges, call_edges, edges, delta): append shifted copies of NFA states"},
+    {"paste_range", paste_range, METH_VARARGS,
+     "paste_range(eps, byte_edges, call_edges, first, stop, exit, delta): paste the NFA's own "
+     "states [first, stop), without the epsilon edges of exit"},
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef core_methods[] = {

@@ -334,7 +334,7 @@ class _Builder:
         self._utf8_memo: dict[CharSet, list[list[tuple[int, int]]]] = {}
         self.lazy_repeats: list[LazyRepeat] = []
         self._lazy_memo: dict[tuple[int, int], list[tuple[int, LazyRepeat, int]]] = {}
-        # inlined rule -> its first fragment (first, exit, stop, edge snapshot once copied)
+        # inlined rule -> its first fragment (first, exit, stop)
         self._inlined: dict[str, tuple] = {}
         # Set when something that matches nothing was built: only then can NFA states be
         # dead (unable to reach their rule's end), and liveness must be computed.
@@ -624,14 +624,39 @@ class _Builder:
         """Duplicate the template's states so that its first state lands on ``entry`` (a
         state just allocated); return where the template's exit lands."""
         first, exit_, edges = template
+        delta = entry - first
+        _paste_edges(self.nfa, edges, entry, delta)
+        self._clone_lazy_inside(first, first + len(edges), delta)
+        return exit_ + delta
+
+    def _copy_range(self, first: int, stop: int, exit_: int, entry: int) -> int:
+        """``_copy_fragment`` of the NFA's own states ``[first, stop)`` (an inlined rule's
+        first fragment), read in place, ``exit_``'s epsilon edges left out (they go on to
+        the first use's continuation): no snapshot of the fragment is made."""
         nfa = self.nfa
         delta = entry - first
-        _paste_edges(nfa, edges, entry, delta)
-        for x, record, done in self._lazy_inside(first, first + len(edges)):
+        if _determinise is not None and nfa.native_paste:
+            if entry != len(nfa.eps) - 1:
+                raise AssertionError("a fragment is pasted right after its entry state")
+            if len(nfa.eps) + stop - first > MAX_NFA_STATES:
+                raise _too_large()
+            _determinise.paste_range(nfa.eps, nfa.byte_edges, nfa.call_edges, first, stop,
+                                     exit_, delta)
+        else:
+            edges = [([] if x == exit_ else list(nfa.eps[x]), list(nfa.byte_edges[x]),
+                      list(nfa.call_edges[x])) for x in range(first, stop)]
+            _paste_edges(nfa, edges, entry, delta)
+        self._clone_lazy_inside(first, stop, delta)
+        return exit_ + delta
+
+    def _clone_lazy_inside(self, first: int, stop: int, delta: int) -> None:
+        """Register, for a copy ``delta`` states on, the lazy repetitions inside ``[first,
+        stop)``: each copy gets its own, going on to its own states."""
+        nfa = self.nfa
+        for x, record, done in self._lazy_inside(first, stop):
             clone = record.shifted(delta)
             nfa.lazy_exits[x + delta] = (clone, done)
             self.lazy_repeats.append(clone)
-        return exit_ + delta
 
     def _lazy_inside(self, first: int, stop: int) -> list[tuple[int, LazyRepeat, int]]:
         """Lazy repetitions registered inside the states ``[first, stop)`` (memoised: a
@@ -660,15 +685,11 @@ class _Builder:
         if built is None:
             exit_ = nfa.new_state()
             self._build(self.rules[name], entry, exit_, path + (name,))
-            self._inlined[name] = (entry, exit_, len(nfa.eps), None)
+            self._inlined[name] = (entry, exit_, len(nfa.eps))
         else:
             # Inlined before: copy that fragment (about 5x cheaper than building it again).
-            first, old_exit, stop, edges = built
-            if edges is None:
-                edges = [([] if x == old_exit else list(nfa.eps[x]), list(nfa.byte_edges[x]),
-                          list(nfa.call_edges[x])) for x in range(first, stop)]
-                self._inlined[name] = (first, old_exit, stop, edges)
-            exit_ = self._copy_fragment((first, old_exit, edges), entry)
+            first, old_exit, stop = built
+            exit_ = self._copy_range(first, stop, old_exit, entry)
         nfa.eps[exit_].append(end)
 
 
