@@ -107,6 +107,20 @@ def test_engine_compiles_the_rules_as_built_and_readers_get_them_tidied() -> Non
     assert g.report.rule_count == len(g.rules)
 
 
+def test_schema_grammars_are_named_by_schema_version_and_options() -> None:
+    """A schema grammar's fingerprint (the engine's cache key) comes from its input, not
+    from hashing every rule: equal inputs, equal grammars; any change, another name."""
+    first = Grammar.from_json_schema(ORDER, cache=None)
+    again = Grammar.from_json_schema(json.loads(json.dumps(ORDER)), cache=None)
+    assert first is not again and first == again and first.fingerprint == again.fingerprint
+    assert dict(first.engine_rules) == dict(again.engine_rules)
+    compact = Grammar.from_json_schema(ORDER, whitespace="compact", cache=None)
+    other = Grammar.from_json_schema({**ORDER, "required": ["id"]}, cache=None)
+    names = {first.fingerprint, compact.fingerprint, other.fingerprint,
+             Grammar(first.engine_rules).fingerprint}
+    assert len(names) == 4
+
+
 def test_readable_rules_are_made_once_whichever_threads_ask() -> None:
     g = Grammar.from_json_schema(ORDER, cache=None)
     seen: list[object] = []

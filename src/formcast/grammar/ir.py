@@ -294,7 +294,8 @@ class Grammar:
 
     def __init__(self, rules: Mapping[str, Expr], start: str = "root", *,
                  report: CompileReport | None = None,
-                 readable: ReadableRules | None = None) -> None:
+                 readable: ReadableRules | None = None, fingerprint: str | None = None
+                 ) -> None:
         frozen = dict(rules)
         if start not in frozen:
             raise GrammarError(f"start rule {start!r} is not defined")
@@ -306,7 +307,7 @@ class Grammar:
         object.__setattr__(self, "_rules", MappingProxyType(frozen))
         object.__setattr__(self, "_start", start)
         object.__setattr__(self, "_report", report)
-        object.__setattr__(self, "_fingerprint", None)
+        object.__setattr__(self, "_fingerprint", fingerprint)
         object.__setattr__(self, "_readable", readable)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -332,7 +333,10 @@ class Grammar:
 
     @property
     def fingerprint(self) -> str:
-        """A stable hash of the grammar's rules as built (for cache keys)."""
+        """A stable hash of the grammar's content (for cache keys): of its rules as built,
+        unless the front end named it by its input (a grammar that is a pure function of that
+        input: the JSON Schema compiler passes its schema hash, version and options, which
+        spares hashing the text of every rule, 1-2 ms of a schema compile)."""
         if self._fingerprint is None:
             text = repr((self._start, sorted(self._rules.items(), key=lambda kv: kv[0])))
             object.__setattr__(self, "_fingerprint", hashlib.sha256(text.encode()).hexdigest()[:32])

@@ -23,6 +23,7 @@ these apply.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -489,7 +490,11 @@ class SchemaCompiler:
             readable_rules=readable, compile_seconds=time.perf_counter() - started,
             schema_hash=self.digest, compiler_version=COMPILER_VERSION,
             options=asdict(self.options))
-        return Grammar(self.rules, "root", report=report, readable=readable)
+        # Named by its input: the compiler is deterministic, so equal inputs give equal rules.
+        named = repr((self.digest, COMPILER_VERSION, sorted(asdict(self.options).items())))
+        fingerprint = "s" + hashlib.sha256(named.encode()).hexdigest()[:31]
+        return Grammar(self.rules, "root", report=report, readable=readable,
+                       fingerprint=fingerprint)
 
     def compile_node(self, schema: Any, loc: Loc) -> Expr:
         """The grammar of one subschema."""
