@@ -216,12 +216,16 @@ def test_automaton_lists_stay_out_of_the_cyclic_collector():
     nfa, fragments, order, live = build_nfa(grammar)
     lists = [*nfa.eps, *nfa.byte_edges, *nfa.call_edges]
     assert lists and not any(gc.is_tracked(x) for x in lists)
+    edges = [edge for state in [*nfa.byte_edges, *nfa.call_edges] for edge in state]
+    assert edges and not any(gc.is_tracked(edge) for edge in edges)  # tuples of ints
     before = len(nfa.eps)
     auto = Automaton(nfa, fragments, order, live, grammar.start, native=True)
     auto.build_all(3000)
     assert len(nfa.eps) > before  # repetition copies were pasted on demand
     assert not any(gc.is_tracked(x) for x in nfa.eps[before:])
     assert not any(gc.is_tracked(row) for row in auto.trans_rows if row is not None)
+    assert not any(gc.is_tracked(seg) for segs in auto.row_segments if segs for seg in segs)
+    assert not any(gc.is_tracked(x) for state in nfa.byte_edges[before:] for x in state)
     # Nothing was freed that is still in use: the automaton works after a full collection.
     gc.collect()
     assert auto.trans_rows[0] is not None and len(auto.trans_rows[0]) == 256

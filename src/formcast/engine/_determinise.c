@@ -123,6 +123,14 @@ static int items_of(PyObject *seq, PyObject ***items, Py_ssize_t *n, const char 
     return -1;
 }
 
+/* Take a container of ints, or of tuples of ints and names, out of the cyclic garbage
+ * collector's lists: it can never be part of a reference cycle, and an automaton holds tens
+ * of thousands of them (NFA edge lists, 256-entry DFA rows). Left tracked, every collection
+ * of an older generation walks them all again (measured: 1-5 ms pauses inside cold masks). */
+static void untrack_acyclic(PyObject *container) {
+    if (container && PyObject_GC_IsTracked(container)) PyObject_GC_UnTrack(container);
+}
+
 /* The NFA list entry of state x (borrowed), or NULL with IndexError. */
 static PyObject *nfa_item(PyObject *list, Py_ssize_t x) {
     if (x < 0 || x >= PyList_GET_SIZE(list)) {
@@ -695,6 +703,7 @@ static PyObject *build_calls(Core *c, int32_t rule, const int32_t *v, Py_ssize_t
         if (q < 0) goto fail_rules;
         PyObject *pair = Py_BuildValue("(ii)", rules.v[r], q);
         if (!pair) goto fail_rules;
+        untrack_acyclic(pair);
         PyTuple_SET_ITEM(result, r, pair);
     }
     free(rules.v);
@@ -707,14 +716,6 @@ done:
     free(set.v);
     free(kept.v);
     return result;
-}
-
-/* Take a container of ints, or of tuples of ints and names, out of the cyclic garbage
- * collector's lists: it can never be part of a reference cycle, and an automaton holds tens
- * of thousands of them (NFA edge lists, 256-entry DFA rows). Left tracked, every collection
- * of an older generation walks them all again (measured: 1-5 ms pauses inside cold masks). */
-static void untrack_acyclic(PyObject *container) {
-    if (container && PyObject_GC_IsTracked(container)) PyObject_GC_UnTrack(container);
 }
 
 static PyObject *int_list(const int32_t *v, Py_ssize_t n) {
@@ -773,6 +774,7 @@ static int ensure_state(Core *c, long q) {
     for (Py_ssize_t i = 0; i < segs.n / 3; i++) {
         PyObject *seg = Py_BuildValue("(iii)", segs.v[3 * i], segs.v[3 * i + 1], segs.v[3 * i + 2]);
         if (!seg) goto done;
+        untrack_acyclic(seg);
         PyList_SET_ITEM(seg_list, i, seg);
     }
     untrack_acyclic(row_list);
@@ -1159,6 +1161,7 @@ static int paste_state(PyObject *outs[3], PyObject *srcs[3], long delta) {
                     PyTuple_SET_ITEM(out, f, field);
                 }
                 PyTuple_SET_ITEM(out, width - 1, target);
+                untrack_acyclic(out); /* ints, and a rule name: never in a cycle */
             }
             if (!out) goto fail;
             PyList_SET_ITEM(list, j, out);
@@ -1248,10 +1251,21 @@ static PyObject *paste_range(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* untrack_acyclic a list and the tuples it holds (an NFA state's edges). */
+static void untrack_edges(PyObject *list) {
+    untrack_acyclic(list);
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(list); j++) {
+        PyObject *edge = PyList_GET_ITEM(list, j);
+        if (PyTuple_CheckExact(edge)) untrack_acyclic(edge);
+    }
+}
+
 /* untrack(lists...): untrack_acyclic every list or tuple held by each argument, a list (the
- * NFA's per-state edge lists, built in Python), and the lists inside each tuple (a
- * repetition's snapshot of them). The caller vouches that none of them holds a container
- * that could lead back to it. */
+ * NFA's per-state edge lists, built in Python), with the edge tuples in them, and the lists
+ * inside each tuple (a repetition's snapshot of them). The caller vouches that none of them
+ * holds a container that could lead back to it. Edge tuples hold ints (and a rule name);
+ * left tracked, the first collection after a compile walks every one of them (tens of
+ * thousands in a schema's NFA). */
 static PyObject *untrack(PyObject *self, PyObject *args) {
     (void)self;
     for (Py_ssize_t a = 0; a < PyTuple_GET_SIZE(args); a++) {
@@ -1265,11 +1279,11 @@ static PyObject *untrack(PyObject *self, PyObject *args) {
             if (PyTuple_CheckExact(item)) { /* a snapshot's (eps, byte edges, calls) */
                 for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(item); k++) {
                     PyObject *part = PyTuple_GET_ITEM(item, k);
-                    if (PyList_CheckExact(part)) untrack_acyclic(part);
+                    if (PyList_CheckExact(part)) untrack_edges(part);
                 }
                 untrack_acyclic(item);
             } else if (PyList_CheckExact(item)) {
-                untrack_acyclic(item);
+                untrack_edges(item);
             }
         }
     }
