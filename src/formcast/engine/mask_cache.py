@@ -80,14 +80,18 @@ class StateVerdict:
 
 def classify_tokens(dense: DenseStates, table: TokenTable, base: int,
                     only_rows: np.ndarray | None = None,
-                    follow: np.ndarray | None = None) -> StateVerdict:
+                    follow: np.ndarray | None = None, native: bool | None = None
+                    ) -> StateVerdict:
     """Classify every token from the parser state numbered ``base`` (see
     :func:`classify_tokens_numpy`): in C when the extension is built, else with numpy.
 
     ``only_rows`` (sorted trie rows) limits the walk to those tokens where the C walk runs;
     any other token it reports is still decided exactly. ``follow`` (256 flags, default all)
-    holds the bytes that can come after the base frame ends (``Automaton.follow_of``)."""
-    if _trie_walk is not None and native_walk_enabled():
+    holds the bytes that can come after the base frame ends (``Automaton.follow_of``).
+    ``native``: the caller's reading of ``native_walk_enabled()`` (read here when None)."""
+    if native is None:
+        native = native_walk_enabled()
+    if _trie_walk is not None and native:
         return classify_tokens_native(dense, table, base, only_rows, follow)
     return classify_tokens_numpy(dense, table, base, follow)
 
@@ -368,6 +372,8 @@ class MaskCache:
         # states share its bits (mask_for, for callers of next_token_mask)
         self._unpacked: dict[int, tuple[np.ndarray, weakref.ref]] = MemoStore()
         self.budget = budget
+        # Read once: the environment lookup showed in profiles at one per cold mask.
+        self._native = native_walk_enabled()
         self.masks_computed = 0
         self.cache_hits = 0
         self.compute_seconds = 0.0
@@ -397,7 +403,8 @@ class MaskCache:
         if long_rows is not None:
             got = self._patched(alike, base, long_rows, shape[1], follow)
         else:
-            got = classify_tokens(self.dense, self.table, base, follow=follow)
+            got = classify_tokens(self.dense, self.table, base, follow=follow,
+                                  native=self._native)
         # Shared by the shape when the walk never looked as far as the repetition's maximum.
         if long_rows is None and shape is not None and got.depth < shape[1]:
             store, at = self._horizon_verdicts, shape[0]
@@ -416,7 +423,8 @@ class MaskCache:
         ``maxLength: 120`` string, where the longest tokens (80 spaces) reach the maximum,
         this is a walk of a hundred tokens instead of the vocabulary."""
         trie = self.table.trie
-        extra = classify_tokens(self.dense, self.table, base, only_rows=long_rows, follow=follow)
+        extra = classify_tokens(self.dense, self.table, base, only_rows=long_rows, follow=follow,
+                                native=self._native)
         allowed = alike.allowed.copy()
         set_bits(allowed, trie.ids[long_rows], False)
         allowed |= extra.allowed  # exact for every token it reports
@@ -531,7 +539,7 @@ class MaskCache:
             self.dense = DenseStates(self.parser)
             self._verdicts = MemoStore()  # its bytes leave the budget with it
         got = classify_tokens(self.dense, self.table, self.dense.intern(state), only_rows=needs,
-                              follow=_NO_BYTES)
+                              follow=_NO_BYTES, native=self._native)
         if key is not None and got.depth < shape[1]:
             self._full_verdicts[key] = got
             self.budget.charge(self._full_verdicts, key,
