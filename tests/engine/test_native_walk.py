@@ -165,3 +165,17 @@ def test_c_walk_refuses_a_broken_trie_instead_of_reading_past_it():
             m.next_token_mask()
     finally:
         nodes[1]["subtree_end"] = saved  # the table is shared by this vocabulary's matchers
+
+
+def test_a_vocabulary_the_c_walk_cannot_hold_is_walked_with_numpy():
+    """300 tokens with the same bytes do not fit the C walk's 8-bit count: masks still come,
+    from the numpy walk, and they are right."""
+    from formcast.engine.vocab import Vocabulary
+
+    tokens = [b""] + [b"a"] * 300 + [b"b", b"ab", b"c"]
+    vocab = Vocabulary.from_tokens(tokens, eos_ids=[0])
+    m = Matcher(Grammar.from_regex("a+b?"), vocab)
+    assert not m.compiled.table.walkable
+    mask = m.next_token_mask()
+    assert mask[1:301].all() and mask[302] and not mask[301] and not mask[303]
+    assert m.accept_token(302) and m.is_accepting()

@@ -59,8 +59,15 @@ class TokenTable:
         self.eos_ids = np.array(sorted(t for t in eos_ids if 0 <= t < size), dtype=np.int64)
         self.token_bytes = token_bytes
         self.trie = TokenTrie(token_bytes, size)
+        # Whether the C walk can take this vocabulary: its node records hold a depth of 16
+        # bits and a count of 8 bits of tokens with the same bytes; a vocabulary beyond
+        # either (none known) is walked with numpy instead.
+        self.walkable = True
         if native_walk_enabled():
-            self.trie.flat()  # the C walk's node arrays: once per vocabulary, not in a mask
+            try:
+                self.trie.flat()  # the C walk's node arrays: once per vocabulary, not in a mask
+            except ValueError:
+                self.walkable = False
 
 
 @dataclass(frozen=True)
@@ -373,7 +380,7 @@ class MaskCache:
         self._unpacked: dict[int, tuple[np.ndarray, weakref.ref]] = MemoStore()
         self.budget = budget
         # Read once: the environment lookup showed in profiles at one per cold mask.
-        self._native = native_walk_enabled()
+        self._native = native_walk_enabled() and table.walkable
         self.masks_computed = 0
         self.cache_hits = 0
         self.compute_seconds = 0.0
