@@ -179,3 +179,57 @@ def test_a_vocabulary_the_c_walk_cannot_hold_is_walked_with_numpy():
     mask = m.next_token_mask()
     assert mask[1:301].all() and mask[302] and not mask[301] and not mask[303]
     assert m.accept_token(302) and m.is_accepting()
+
+
+def _nested_json_matcher():
+    """A recursive grammar over a small vocabulary, advanced three levels deep, so its state
+    is a stack of several frames whose rows the walk has to build."""
+    from formcast.engine.vocab import Vocabulary
+
+    grammar = Grammar.from_gbnf('root ::= "[" ( value ( "," value )* )? "]"\n'
+                                'value ::= root | [0-9]+ | "\\"" [a-z ]* "\\""')
+    vocab = Vocabulary.from_tokens([b""] + [bytes([c]) for c in b'[],"0123456789ab '] +
+                                   [b'["', b'",', b'"]', b"]]", b"],", b"12", b' a', b'[[',
+                                    b'"a"]', b'1]]'], eos_ids=[0])
+    m = Matcher(grammar, vocab)
+    assert m.accept_bytes(b"[[1,[")
+    return m
+
+
+@needs_native
+def test_c_walk_builds_several_frame_states_without_python(monkeypatch):
+    """The walk builds every parser state it meets in C (through the DenseStates context);
+    handing each back to Python made a deep JSON state cost a millisecond."""
+    m = _nested_json_matcher()
+    assert max(len(stack) for stack in m.state) > 1
+    calls = []
+    original = DenseStates.ensure_rows
+
+    def counting(self, ids):
+        calls.append(ids)
+        return original(self, ids)
+
+    monkeypatch.setattr(DenseStates, "ensure_rows", counting)
+    dense = DenseStates(m.compiled.parser)
+    got = classify_tokens_native(dense, m.compiled.table, dense.intern(m.state))
+    assert calls == []
+    monkeypatch.undo()
+    roomy = DenseStates(m.compiled.parser)
+    want = classify_tokens_numpy(roomy, m.compiled.table, roomy.intern(m.state))
+    assert np.array_equal(got.allowed, want.allowed)
+    assert np.array_equal(np.sort(got.needs_context), np.sort(want.needs_context))
+
+
+@needs_native
+def test_c_walk_hands_states_back_when_the_table_must_grow():
+    """A table too small for the states a row numbers: the walk stops there, Python grows
+    the table and fills the row, the walk resumes, and the verdict is the same."""
+    m = _nested_json_matcher()
+    parser = m.compiled.parser
+    small = DenseStates(parser, capacity=2 * parser.auto.n_states + 8)
+    got = classify_tokens_native(small, m.compiled.table, small.intern(m.state))
+    assert small.table.shape[0] > 2 * parser.auto.n_states + 8  # it grew on the way
+    roomy = DenseStates(parser)
+    want = classify_tokens_numpy(roomy, m.compiled.table, roomy.intern(m.state))
+    assert np.array_equal(got.allowed, want.allowed)
+    assert np.array_equal(np.sort(got.needs_context), np.sort(want.needs_context))

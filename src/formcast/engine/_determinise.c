@@ -897,30 +897,25 @@ done:
     return PyBool_FromLong(got);
 }
 
-/* Python: fill_row(stacks, sid, table, filled, ids, others) -> None. Row sid of the parser-state
- * table for a state whose closed stacks are `stacks` (tuples of DFA ids, every top built): byte
+/* Row sid of the parser-state table (table_rows x 256, flags in filled) for a state whose closed stacks are `stacks` (tuples of DFA ids, every top built): byte
  * b leads to the kernel {below + (trans[top][b],)} over its stacks. The tops' rows are constant
  * between their segment bounds, so it costs one column per piece and one kernel per distinct
  * column. A kernel that is one one-frame stack (t,) is state 2t; any other is looked up in
  * `ids` (frozenset -> odd id) or numbered 2 * len(others) + 1 and appended to `others`. The
- * caller leaves room in the table for every state this can number. */
-static PyObject *core_fill_row(Core *c, PyObject *args) {
-    PyObject *stacks, *table_obj, *filled_obj, *ids, *others;
-    long sid;
-    if (!PyArg_ParseTuple(args, "O!lOOO!O!", &PyList_Type, &stacks, &sid, &table_obj,
-                          &filled_obj, &PyDict_Type, &ids, &PyList_Type, &others))
-        return NULL;
+ * caller leaves room in the table for every state this can number. 0, or -1 with an
+ * exception set. */
+static int fill_row_raw(Core *c, PyObject *stacks, long sid, int32_t *table,
+                        Py_ssize_t table_rows, uint8_t *filled, PyObject *ids, PyObject *others) {
     Py_ssize_t n = PyList_GET_SIZE(stacks);
     int32_t *rows = malloc(sizeof(int32_t) * 256 * (size_t)(n ? n : 1));
     int32_t *columns = malloc(sizeof(int32_t) * 257 * (size_t)(n ? n : 1));
     if (!rows || !columns) {
         free(rows);
         free(columns);
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        return -1;
     }
-    Py_buffer bufs[2];
-    int held = 0;
-    PyObject *result = NULL;
+    int result = -1;
     unsigned char bound[257] = {0};
     bound[0] = bound[256] = 1;
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -955,17 +950,7 @@ static PyObject *core_fill_row(Core *c, PyObject *args) {
             for (int32_t b = lo; b < hi; b++) row[b] = t;
         }
     }
-    for (; held < 2; held++) {
-        PyObject *obj = held == 0 ? table_obj : filled_obj;
-        if (PyObject_GetBuffer(obj, &bufs[held], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
-            goto done;
-    }
-    if (bufs[0].itemsize != 4 || bufs[1].itemsize != 1) {
-        PyErr_SetString(PyExc_TypeError, "fill_row: int32 table, bool flags");
-        goto done;
-    }
-    Py_ssize_t table_rows = bufs[0].len / (4 * 256);
-    if (sid < 0 || sid >= table_rows || bufs[1].len < table_rows) {
+    if (sid < 0 || sid >= table_rows) {
         PyErr_SetString(PyExc_IndexError, "fill_row: row out of range");
         goto done;
     }
@@ -1063,15 +1048,43 @@ static PyObject *core_fill_row(Core *c, PyObject *args) {
         for (int b = a; b < p; b++) out[b] = got;
         a = p;
     }
-    memcpy((int32_t *)bufs[0].buf + 256 * sid, out, sizeof(out));
-    ((uint8_t *)bufs[1].buf)[sid] = 1;
-    result = Py_None;
-    Py_INCREF(result);
+    memcpy(table + 256 * sid, out, sizeof(out));
+    filled[sid] = 1;
+    result = 0;
 done:
-    for (int i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
     free(rows);
     free(columns);
     return result;
+}
+
+/* Python: fill_row(stacks, sid, table, filled, ids, others) -> None (fill_row_raw). */
+static PyObject *core_fill_row(Core *c, PyObject *args) {
+    PyObject *stacks, *table_obj, *filled_obj, *ids, *others;
+    long sid;
+    if (!PyArg_ParseTuple(args, "O!lOOO!O!", &PyList_Type, &stacks, &sid, &table_obj,
+                          &filled_obj, &PyDict_Type, &ids, &PyList_Type, &others))
+        return NULL;
+    Py_buffer bufs[2];
+    int held = 0, got = -1;
+    for (; held < 2; held++) {
+        PyObject *obj = held == 0 ? table_obj : filled_obj;
+        if (PyObject_GetBuffer(obj, &bufs[held], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+            goto done;
+    }
+    if (bufs[0].itemsize != 4 || bufs[1].itemsize != 1) {
+        PyErr_SetString(PyExc_TypeError, "fill_row: int32 table, bool flags");
+        goto done;
+    }
+    Py_ssize_t table_rows = bufs[0].len / (4 * 256);
+    if (bufs[1].len < table_rows) {
+        PyErr_SetString(PyExc_IndexError, "fill_row: flags shorter than the table");
+        goto done;
+    }
+    got = fill_row_raw(c, stacks, sid, bufs[0].buf, table_rows, bufs[1].buf, ids, others);
+done:
+    for (int i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
+    if (got < 0) return NULL;
+    Py_RETURN_NONE;
 }
 
 #include "_parser_closure.h" /* Core.fill_state: closures of several-stack parser states */
@@ -1093,7 +1106,55 @@ static int fill_plain(PyObject *core, long sid, int32_t *table, Py_ssize_t rows,
     return write_plain(c, q, table, rows, filled, finishes, sid);
 }
 
-static FormcastDeterminiseAPI api = {fill_plain};
+/* For the C trie walk: fill_state_raw for parser state sid of a DenseStates whose context is
+ * `ctx` = (ids, others, rule_start, closure_memo, top_memo, max_depth, max_stacks,
+ * memo_limit): the state is others[sid // 2] for an odd sid, the one-frame stack (sid / 2,)
+ * for an even one. 1: filled; 0: left to Python (to grow the table, or to refuse the state
+ * with its error); -1: an exception is set. */
+static int fill_general(PyObject *core, long sid, PyObject *ctx, int32_t *table,
+                        Py_ssize_t rows, uint8_t *filled, uint8_t *finishes) {
+    if (!PyObject_TypeCheck(core, &CoreType)) {
+        PyErr_SetString(PyExc_TypeError, "fill_general: not a determiniser Core");
+        return -1;
+    }
+    PyObject *ids, *others;
+    Closer k;
+    if (!PyTuple_Check(ctx) ||
+        !PyArg_ParseTuple(ctx, "O!O!O!O!O!nnn", &PyDict_Type, &ids, &PyList_Type, &others,
+                          &PyList_Type, &k.rule_start, &PyDict_Type, &k.closure_memo,
+                          &PyDict_Type, &k.top_memo, &k.max_depth, &k.max_stacks, &k.memo_limit)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "fill_general: the context is a tuple");
+        return -1;
+    }
+    PyObject *state;
+    if (sid % 2) {
+        Py_ssize_t at = sid / 2;
+        if (at >= PyList_GET_SIZE(others)) {
+            PyErr_SetString(PyExc_IndexError, "fill_general: unknown parser state");
+            return -1;
+        }
+        state = PyList_GET_ITEM(others, at);
+        if (!PyFrozenSet_Check(state)) {
+            PyErr_SetString(PyExc_TypeError, "fill_general: parser states are frozensets");
+            return -1;
+        }
+        Py_INCREF(state);
+    } else {
+        PyObject *stack = Py_BuildValue("(l)", sid / 2);
+        PyObject *one = stack ? PyTuple_Pack(1, stack) : NULL;
+        Py_XDECREF(stack);
+        state = one ? PyFrozenSet_New(one) : NULL;
+        Py_XDECREF(one);
+        if (!state) return -1;
+    }
+    int got = fill_state_raw((Core *)core, &k, sid, state, table, rows, filled, finishes, ids,
+                             others);
+    Py_DECREF(state);
+    return got < 0 ? -1 : got == 1;
+}
+
+static FormcastDeterminiseAPI api = {fill_plain, fill_general};
 
 static PyObject *core_state(Core *c, PyObject *args) {
     long q;

@@ -13,6 +13,12 @@ typedef struct {
      * or a target past the table), -1 with a Python exception set. Needs the GIL. */
     int (*fill_plain)(PyObject *core, long sid, int32_t *table, Py_ssize_t rows,
                       uint8_t *filled, uint8_t *finishes);
+    /* Build any parser state sid of a DenseStates (its closure, its row, its finish flag),
+     * given the DenseStates' context tuple (DenseStates.native_context): 1 written, 0 left for
+     * Python (the table needs to grow, or the state is refused), -1 with a Python exception
+     * set. Needs the GIL. */
+    int (*fill_general)(PyObject *core, long sid, PyObject *ctx, int32_t *table,
+                        Py_ssize_t rows, uint8_t *filled, uint8_t *finishes);
 } FormcastDeterminiseAPI;
 
 #endif

@@ -216,26 +216,17 @@ done:
 }
 
 
-/* Python: fill_state(sid, state, table, filled, finishes, ids, others, rule_start,
- * closure_memo, top_memo, max_depth, max_stacks, memo_limit) -> 0, 1 or 2.
- * DenseStates.ensure_rows for parser state `state` (a frozenset of stacks) numbered sid: its
+/* DenseStates.ensure_rows for parser state `state` (a frozenset of stacks) numbered sid: its
  * closed stacks, then its row (a plain DFA row when the closure is one one-frame stack, else
- * Core.fill_row) and its finish flag. 1: filled. 2: the table is too small for the states the
+ * fill_row_raw) and its finish flag. 1: filled. 2: the table is too small for the states the
  * closure built or the row may number; grow it and call again (closures are memoised). 0: the
- * closure has more than max_stacks stacks; Python refuses the state with the error. */
-static PyObject *core_fill_state(Core *c, PyObject *args) {
-    long sid;
-    PyObject *state, *table_obj, *filled_obj, *finishes_obj, *ids, *others;
-    Closer k;
-    if (!PyArg_ParseTuple(args, "lO!OOOO!O!O!O!O!nnn", &sid, &PyFrozenSet_Type, &state,
-                          &table_obj, &filled_obj, &finishes_obj, &PyDict_Type, &ids,
-                          &PyList_Type, &others, &PyList_Type, &k.rule_start, &PyDict_Type,
-                          &k.closure_memo, &PyDict_Type, &k.top_memo, &k.max_depth,
-                          &k.max_stacks, &k.memo_limit))
-        return NULL;
-    PyObject *stacks = PyList_New(0), *it = PyObject_GetIter(state), *kernel, *result = NULL;
-    Py_buffer bufs[3];
-    int held = 0;
+ * closure has more than max_stacks stacks; Python refuses the state with the error. -1: an
+ * exception is set. */
+static int fill_state_raw(Core *c, Closer *k, long sid, PyObject *state, int32_t *table,
+                          Py_ssize_t rows, uint8_t *filled, uint8_t *finishes, PyObject *ids,
+                          PyObject *others) {
+    PyObject *stacks = PyList_New(0), *it = PyObject_GetIter(state), *kernel;
+    int result = -1;
     if (!stacks || !it) goto done;
     while ((kernel = PyIter_Next(it))) {
         if (!PyTuple_Check(kernel) || PyTuple_GET_SIZE(kernel) == 0) {
@@ -243,11 +234,11 @@ static PyObject *core_fill_state(Core *c, PyObject *args) {
             PyErr_SetString(PyExc_TypeError, "fill_state: stacks are non-empty tuples");
             goto done;
         }
-        PyObject *closed = close_stack(c, &k, kernel);
+        PyObject *closed = close_stack(c, k, kernel);
         Py_DECREF(kernel);
         if (!closed) goto done;
         if (closed == TOO_MANY_STACKS) {
-            result = PyLong_FromLong(0);
+            result = 0;
             goto done;
         }
         Py_ssize_t at = PyList_GET_SIZE(stacks);
@@ -257,30 +248,16 @@ static PyObject *core_fill_state(Core *c, PyObject *args) {
     }
     if (PyErr_Occurred()) goto done;
     Py_ssize_t n = PyList_GET_SIZE(stacks);
-    if (n > k.max_stacks) {
-        result = PyLong_FromLong(0);
+    if (n > k->max_stacks) {
+        result = 0;
         goto done;
     }
-    PyObject *objs[3] = {table_obj, filled_obj, finishes_obj};
-    Py_ssize_t itemsizes[3] = {4, 1, 1};
-    for (; held < 3; held++) {
-        if (PyObject_GetBuffer(objs[held], &bufs[held], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
-            goto done;
-        if (bufs[held].itemsize != itemsizes[held]) {
-            held++;
-            PyErr_SetString(PyExc_TypeError, "fill_state: int32 table, bool flags");
-            goto done;
-        }
-    }
-    Py_ssize_t rows = bufs[0].len / (4 * 256);
-    int32_t *table = bufs[0].buf;
-    uint8_t *filled = bufs[1].buf, *finishes = bufs[2].buf;
-    if (sid < 0 || sid >= rows || bufs[1].len < rows || bufs[2].len < rows) {
+    if (sid < 0 || sid >= rows) {
         PyErr_SetString(PyExc_IndexError, "fill_state: row out of range");
         goto done;
     }
     if (2 * (Py_ssize_t)c->n_states + 2 > rows || 2 * (PyList_GET_SIZE(others) + 257) + 2 > rows) {
-        result = PyLong_FromLong(2);
+        result = 2;
         goto done;
     }
     if (n == 1 && PyTuple_GET_SIZE(PyList_GET_ITEM(stacks, 0)) == 1) {
@@ -289,7 +266,7 @@ static PyObject *core_fill_state(Core *c, PyObject *args) {
         int got = write_plain(c, q, table, rows, filled, finishes, sid);
         if (got < 0) goto done;
         if (got) {
-            result = PyLong_FromLong(1);
+            result = 1;
             goto done;
         }
     }
@@ -305,22 +282,53 @@ static PyObject *core_fill_state(Core *c, PyObject *args) {
     if (n == 0) {
         for (int b = 0; b < 256; b++) table[256 * sid + b] = -1;
         filled[sid] = 1;
-        result = PyLong_FromLong(1);
+        result = 1;
         goto done;
     }
-    for (int i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
-    held = 0;
-    PyObject *row_args = Py_BuildValue("(OlOOOO)", stacks, sid, table_obj, filled_obj, ids, others);
-    PyObject *done_row = row_args ? core_fill_row(c, row_args) : NULL;
-    Py_XDECREF(row_args);
-    if (!done_row) goto done;
-    Py_DECREF(done_row);
-    result = PyLong_FromLong(1);
+    if (fill_row_raw(c, stacks, sid, table, rows, filled, ids, others) < 0) goto done;
+    result = 1;
 done:
-    for (int i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
     Py_XDECREF(stacks);
     Py_XDECREF(it);
     return result;
+}
+
+/* Python: fill_state(sid, state, table, filled, finishes, ids, others, rule_start,
+ * closure_memo, top_memo, max_depth, max_stacks, memo_limit) -> 0, 1 or 2 (fill_state_raw). */
+static PyObject *core_fill_state(Core *c, PyObject *args) {
+    long sid;
+    PyObject *state, *table_obj, *filled_obj, *finishes_obj, *ids, *others;
+    Closer k;
+    if (!PyArg_ParseTuple(args, "lO!OOOO!O!O!O!O!nnn", &sid, &PyFrozenSet_Type, &state,
+                          &table_obj, &filled_obj, &finishes_obj, &PyDict_Type, &ids,
+                          &PyList_Type, &others, &PyList_Type, &k.rule_start, &PyDict_Type,
+                          &k.closure_memo, &PyDict_Type, &k.top_memo, &k.max_depth,
+                          &k.max_stacks, &k.memo_limit))
+        return NULL;
+    Py_buffer bufs[3];
+    int held = 0, got = -1;
+    PyObject *objs[3] = {table_obj, filled_obj, finishes_obj};
+    Py_ssize_t itemsizes[3] = {4, 1, 1};
+    for (; held < 3; held++) {
+        if (PyObject_GetBuffer(objs[held], &bufs[held], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+            goto done;
+        if (bufs[held].itemsize != itemsizes[held]) {
+            held++;
+            PyErr_SetString(PyExc_TypeError, "fill_state: int32 table, bool flags");
+            goto done;
+        }
+    }
+    Py_ssize_t rows = bufs[0].len / (4 * 256);
+    if (bufs[1].len < rows || bufs[2].len < rows) {
+        PyErr_SetString(PyExc_IndexError, "fill_state: flags shorter than the table");
+        goto done;
+    }
+    got = fill_state_raw(c, &k, sid, state, bufs[0].buf, rows, bufs[1].buf, bufs[2].buf, ids,
+                         others);
+done:
+    for (int i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
+    if (got < 0) return NULL;
+    return PyLong_FromLong(got);
 }
 
 #endif

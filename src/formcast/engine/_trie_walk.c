@@ -1,10 +1,12 @@
 /* The token-trie walk of a cold mask, in C.
  *
  * The engine decides *which* automaton states exist and fills their byte rows; this module
- * walks the vocabulary's trie through them, depth first, in the order its nodes are stored. One-frame states it meets unfilled
- * are built on the spot by the C determiniser (through its capsule); at any other unfilled
- * state it stops and hands back the (node, state) pairs, which the caller fills and passes
- * in again, until nothing is pending. The per-node work is what the numpy walk in
+ * walks the vocabulary's trie through them, depth first, in the order its nodes are stored.
+ * States it meets unfilled are built on the spot by the C determiniser (through its capsule):
+ * one-frame states from the Core alone, others from the DenseStates context too. Where it
+ * cannot (no context, a table that must grow, a state Python refuses) it stops and hands back
+ * the (node, state) pairs, which the caller fills and passes in again, until nothing is
+ * pending. The per-node work is what the numpy walk in
  * mask_cache.classify_tokens does one level at a time:
  *
  *   - a child whose byte the state refuses prunes every token below it; if the base frame
@@ -88,20 +90,44 @@ typedef struct {
 /* The determiniser's C entry points (NULL until a walk is given a Core). */
 static const FormcastDeterminiseAPI *determinise_api = NULL;
 
+/* Whether state s has its row, building it on the spot when a Core is given: a one-frame
+ * state (even id) through the determiniser, any other state too when the DenseStates context
+ * `ctx` is given (its closure and row, through fill_general). 1 yes, 0 no (the caller fills
+ * it in Python: the table must grow first, or the state is refused there with its error), -1
+ * with an exception. Needs the GIL. */
+static int ensure_row(PyObject *core, PyObject *ctx, int64_t s, int32_t *table,
+                      Py_ssize_t n_states, uint8_t *filled, uint8_t *finishes) {
+    if (filled[s]) return 1;
+    if (core == Py_None) return 0;
+    if (s % 2 == 0) {
+        if (determinise_api->fill_plain(core, (long)s, table, n_states, filled, finishes) < 0)
+            return -1;
+        if (filled[s]) return 1;
+    }
+    if (ctx == Py_None) return 0;
+    if (determinise_api->fill_general(core, (long)s, ctx, table, n_states, filled, finishes) < 0)
+        return -1;
+    return filled[s] ? 1 : 0;
+}
+
+/* Import the determiniser's capsule once (when a walk is first given a Core). */
+static int load_determinise_api(void) {
+    if (determinise_api) return 0;
+    determinise_api = PyCapsule_Import(FORMCAST_DETERMINISE_CAPSULE, 0);
+    return determinise_api ? 0 : -1;
+}
+
 static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objs[N_BUFS];
-    PyObject *core = Py_None;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOO|O", &objs[0], &objs[1], &objs[2], &objs[3],
+    PyObject *core = Py_None, *ctx = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOO|OO", &objs[0], &objs[1], &objs[2], &objs[3],
                           &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &objs[10],
-                          &objs[11], &objs[12], &core))
+                          &objs[11], &objs[12], &core, &ctx))
         return NULL;
-    /* With a determiniser Core, one-frame states met unfilled are built here, in C. */
+    /* With a determiniser Core, states met unfilled are built here, in C (see ensure_row). */
     int fill_inline = core != Py_None;
-    if (fill_inline && !determinise_api) {
-        determinise_api = PyCapsule_Import(FORMCAST_DETERMINISE_CAPSULE, 0);
-        if (!determinise_api) return NULL;
-    }
+    if (fill_inline && load_determinise_api() < 0) return NULL;
     static const char *names[N_BUFS] = {
         "table", "filled", "finishes", "nodes", "subtree_bytes", "ids", "chain", "outside_bytes",
         "pending_in", "allowed", "only_rows", "follow", "maxlen"};
@@ -196,12 +222,11 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         }                                                                \
         needs[n_needs++] = ids[r];                                       \
     }
-/* Build state s's row on the spot when it is a one-frame state and a Core is given. */
+/* Build state s's row on the spot when a Core is given (see ensure_row). */
 #define FILL_INLINE(s)                                                   \
-    if (!filled[s] && fill_inline && (s) % 2 == 0) {                     \
+    if (!filled[s] && fill_inline) {                                     \
         Py_BLOCK_THREADS                                                 \
-        int got = determinise_api->fill_plain(core, (long)(s), table, n_states, filled, \
-                                               finishes);                \
+        int got = ensure_row(core, ctx, (s), table, n_states, filled, finishes); \
         Py_UNBLOCK_THREADS                                               \
         if (got < 0) { bad = 3; break; }                                 \
     }
@@ -305,17 +330,6 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* Whether state s has its row, building it on the spot when it is a one-frame state (even
- * id) and a Core is given: 1 yes, 0 no (the caller fills it in Python), -1 with an exception. */
-static int ensure_row(PyObject *core, int64_t s, int32_t *table, Py_ssize_t n_states,
-                      uint8_t *filled, uint8_t *finishes) {
-    if (filled[s]) return 1;
-    if (core == Py_None || s % 2) return 0;
-    if (determinise_api->fill_plain(core, (long)s, table, n_states, filled, finishes) < 0)
-        return -1;
-    return filled[s] ? 1 : 0;
-}
-
 /* The most common target of a row (the smallest id among equals, as np.unique would pick),
  * or -1; its count in *count. Counted over the distinct targets seen (a row has few). */
 static int32_t most_common(const int32_t *row, int *count) {
@@ -348,7 +362,7 @@ typedef struct {
     int32_t *table;
     uint8_t *filled, *finishes;
     Py_ssize_t n_states;
-    PyObject *core;
+    PyObject *core, *ctx;
 } Rows;
 
 /* The chain from state `from` (row filled) along the slice bytes, `succ` being where they
@@ -376,7 +390,7 @@ static long long run_chain(Rows *r, int64_t from, int64_t succ, const uint8_t *s
             return -1;
         }
         chain[length++] = succ;
-        int got = ensure_row(r->core, succ, r->table, r->n_states, r->filled, r->finishes);
+        int got = ensure_row(r->core, r->ctx, succ, r->table, r->n_states, r->filled, r->finishes);
         if (got < 0) return -1;
         if (!got) { *missing = succ; break; }
         const int32_t *next_row = r->table + 256 * succ;
@@ -422,20 +436,18 @@ static int wider_slice(const Rows *r, const int64_t *chain, long long length, ui
  * leads to the next identifier state. mode 0, length 0: no slice. When the whole mode-1 chain
  * is asked for (limit == horizon), the slice may be widened (wider_slice). outside_out (4
  * uint64) receives the bytes outside the slice as bits. missing >= 0: a state whose row is not
- * filled (with a Core, only states of several stacks); fill it and call again. */
+ * filled (with a Core, only states of several stacks, and with a context only states Python
+ * must grow the table for or refuse); fill it and call again. */
 static PyObject *slice_chain(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objs[5];
-    PyObject *core = Py_None;
+    PyObject *core = Py_None, *ctx = Py_None;
     long long base, horizon, limit, min_bytes;
-    if (!PyArg_ParseTuple(args, "OOOLLLLOO|O", &objs[0], &objs[1], &objs[2], &base, &horizon,
-                          &limit, &min_bytes, &objs[3], &objs[4], &core))
+    if (!PyArg_ParseTuple(args, "OOOLLLLOO|OO", &objs[0], &objs[1], &objs[2], &base, &horizon,
+                          &limit, &min_bytes, &objs[3], &objs[4], &core, &ctx))
         return NULL;
     int fill_inline = core != Py_None;
-    if (fill_inline && !determinise_api) {
-        determinise_api = PyCapsule_Import(FORMCAST_DETERMINISE_CAPSULE, 0);
-        if (!determinise_api) return NULL;
-    }
+    if (fill_inline && load_determinise_api() < 0) return NULL;
     static const char *names[5] = {"table", "filled", "finishes", "chain_out", "outside_out"};
     static const Py_ssize_t sizes[5] = {4, 1, 1, 8, 8};
     Buf bufs[5];
@@ -446,7 +458,7 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
             return NULL;
         }
     }
-    Rows r = {bufs[0].b.buf, bufs[1].b.buf, bufs[2].b.buf, bufs[1].b.len, core};
+    Rows r = {bufs[0].b.buf, bufs[1].b.buf, bufs[2].b.buf, bufs[1].b.len, core, ctx};
     int64_t *chain = bufs[3].b.buf;
     uint64_t *outside = bufs[4].b.buf;
     if (base < 0 || base >= r.n_states || bufs[2].b.len != r.n_states || bufs[4].b.len != 32 ||
@@ -457,7 +469,7 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
         return NULL;
     }
     long long length = 0, missing = -1;
-    int mode = 0, got = ensure_row(core, base, r.table, r.n_states, r.filled, r.finishes);
+    int mode = 0, got = ensure_row(core, ctx, base, r.table, r.n_states, r.filled, r.finishes);
     uint8_t slice[256];
     if (got < 0) goto fail;
     if (!got) {
@@ -479,7 +491,7 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_IndexError, "slice_chain: state id out of range");
             goto fail;
         }
-        got = ensure_row(core, best, r.table, r.n_states, r.filled, r.finishes);
+        got = ensure_row(core, ctx, best, r.table, r.n_states, r.filled, r.finishes);
         if (got < 0) goto fail;
         if (!got) {
             missing = best;
@@ -515,14 +527,14 @@ fail:
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(table, filled, finishes, nodes, subtree_bytes, ids, chain, outside_bytes, pending_in, "
-     "allowed, only_rows, follow, maxlen[, core]) -> (bytes "
+     "allowed, only_rows, follow, maxlen[, core[, context]]) -> (bytes "
      "of int64 (node, state, flag) triples that stopped at unfilled rows, bytes of int64 ids "
      "of tokens that need the context, deepest byte looked at); allowed token ids get their bit "
      "set in allowed (bit t % 8 of byte t // 8); with a determiniser Core, one-frame states are "
-     "built on the way"},
+     "built on the way, and with the DenseStates context every other state too"},
     {"slice_chain", slice_chain, METH_VARARGS,
      "slice_chain(table, filled, finishes, base, horizon, limit, min_bytes, chain_out, "
-     "outside_out[, core]) -> (length, missing state or -1, mode)"},
+     "outside_out[, core[, context]]) -> (length, missing state or -1, mode)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_trie_walk",

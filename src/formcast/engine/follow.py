@@ -20,6 +20,8 @@ repetition pasted after this runs mirror its first copy, which is scanned.
 
 from __future__ import annotations
 
+from itertools import compress
+
 import numpy as np
 
 from formcast.engine.nfa import NFA
@@ -28,20 +30,23 @@ from formcast.engine.nfa import NFA
 def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[str],
                  live: list[bool]) -> np.ndarray:
     """``out[r, b]``: byte ``b`` can come right after rule ``order[r]`` returns, in some
-    context (bool, one row per call rule)."""
+    context (bool, one row per call rule).
+
+    Byte sets are Python ints (bit ``b``) while they are computed: this runs inside the first
+    mask of a grammar, and a numpy operation per NFA edge cost ten times an integer one."""
+    n_rules = len(order)
     if not nfa.call_sites:  # no rule is ever called: nothing follows any of them
-        return np.zeros((len(order), 256), dtype=bool)
+        return np.zeros((n_rules, 256), dtype=bool)
     index = {name: i for i, name in enumerate(order)}
     ends = {fragments[name][1]: i for i, name in enumerate(order)}
-    n_rules = len(order)
-    first = np.zeros((n_rules, 256), dtype=bool)
+    first = [0] * n_rules
     nullable = [False] * n_rules
     starts = [fragments[name][0] for name in order]
 
-    def reach(s: int) -> tuple[np.ndarray, set[int]]:
+    def reach(s: int) -> tuple[int, set[int]]:
         """Bytes that can come first from NFA state ``s`` without leaving its rule, and the
         rules whose end can be reached without a byte."""
-        out = np.zeros(256, dtype=bool)
+        out = 0
         seen = {s}
         work = [s]
         ended: set[int] = set()
@@ -56,7 +61,7 @@ def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[st
                 following += [record.first, record.end]
             for lo, hi, t in nfa.byte_edges[x]:
                 if live[t]:
-                    out[lo:hi + 1] = True
+                    out |= (2 << hi) - (1 << lo)
             for name, t in nfa.call_edges[x]:
                 r = index.get(name)
                 if r is None or not live[t] or not live[starts[r]]:
@@ -79,19 +84,22 @@ def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[st
                 continue
             got, ended = reach(s)
             is_nullable = r in ended
-            if (got & ~first[r]).any() or is_nullable != nullable[r]:
+            if got & ~first[r] or is_nullable != nullable[r]:
                 first[r] |= got
                 nullable[r] = nullable[r] or is_nullable
                 changed = True
 
     # Every call site: what follows the call in its rule, and whose FOLLOW it inherits when
     # its rule can end right after the call.
-    follow = np.zeros((n_rules, 256), dtype=bool)
+    follow = [0] * n_rules
     inherits: list[tuple[int, set[int]]] = []
-    for x, calls in enumerate(nfa.call_edges):
-        if not calls or not live[x]:
+    call_edges = nfa.call_edges
+    # States with call edges, found at C speed (an empty edge list is false): a schema's NFA
+    # has thousands of states and a handful of call sites.
+    for x in compress(range(len(call_edges)), call_edges):
+        if not live[x]:
             continue
-        for name, t in nfa.call_edges[x]:
+        for name, t in call_edges[x]:
             r = index.get(name)
             if r is None or not live[t]:
                 continue
@@ -104,7 +112,8 @@ def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[st
         changed = False
         for r, ended in inherits:
             for e in ended:
-                if (follow[e] & ~follow[r]).any():
+                if follow[e] & ~follow[r]:
                     follow[r] |= follow[e]
                     changed = True
-    return follow
+    packed = np.frombuffer(b"".join(f.to_bytes(32, "little") for f in follow), dtype=np.uint8)
+    return np.unpackbits(packed, bitorder="little").reshape(n_rules, 256).view(bool)

@@ -113,11 +113,12 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
                            follow: np.ndarray | None = None) -> StateVerdict:
     """The walk of :func:`classify_tokens_numpy`, depth first in C (``_trie_walk.c``).
 
-    The C walk builds the one-frame states it meets (``2 * q``, see ``DenseStates``) itself,
-    through the C determiniser; it stops at other states whose byte rows are not filled yet
-    and returns where it stopped. Their rows are filled here and the walk resumes from those
-    nodes, until nothing is pending. The slice chain is found the same
-    way.
+    The C walk builds the states it meets itself, through the C determiniser: one-frame
+    states (``2 * q``, see ``DenseStates``) from the automaton, the others from
+    ``DenseStates.native_context``, without coming back to Python for each. Where it cannot
+    (the table must grow, or a state is refused with an error) it returns where it stopped;
+    those rows are filled here and the walk resumes from those nodes, until nothing is
+    pending. The slice chain is found the same way.
     """
     trie = table.trie
     flat = trie.flat()
@@ -128,13 +129,14 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
     allowed = np.zeros(table.packed_bytes, dtype=np.uint8)
     needs: list[bytes] = []
     pending = np.array([0, base, 0], dtype=np.int64)
-    core = dense.parser.auto.native_core  # builds one-frame states inside the walk
+    core = dense.parser.auto.native_core  # builds the states it meets inside the walk
+    context = dense.native_context
     depth = 0
     while True:  # the base's row is there (the slice chain needs it), or the walk builds it
         raw, needing, reached = _trie_walk.walk(
             dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8),
             flat.nodes, flat.subtree_bytes, flat.ids, chain, outside, pending, allowed,
-            only_rows, follow, flat.maxlen, core)
+            only_rows, follow, flat.maxlen, core, context)
         if needing:
             needs.append(needing)
         depth = max(depth, reached)
@@ -188,7 +190,7 @@ def _run_slice_chain(dense: DenseStates, base: int, horizon: int, limit: int,
     while True:
         length, missing, mode = _trie_walk.slice_chain(
             dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8), base,
-            horizon, limit, SLICE_MIN_BYTES, chain, outside, core)
+            horizon, limit, SLICE_MIN_BYTES, chain, outside, core, dense.native_context)
         if missing < 0:
             return length, mode
         dense.ensure_rows(np.array([missing]))

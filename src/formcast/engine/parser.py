@@ -212,6 +212,12 @@ class DenseStates:
         self.table = reserved_rows(capacity, 256)
         self.finishes = np.zeros(capacity, dtype=bool)
         self.filled = np.zeros(capacity, dtype=bool)
+        # What the C determiniser needs to build any state's row (Core.fill_state, and the C
+        # trie walk through fill_general): the numbering and the parser's own memo dicts, so
+        # both sides share one closure and one numbering. Their identities never change.
+        self.native_context = (self.ids, self._others, parser.auto.rule_start,
+                               parser._closure_memo, parser._top_memo, MAX_STACK_DEPTH,
+                               MAX_PARSE_STACKS, _MEMO_LIMIT)
 
     def __len__(self) -> int:
         """States numbered apart from the one-frame ones (those are bounded by the automaton)."""
@@ -296,13 +302,10 @@ class DenseStates:
         core = self.parser.auto.native_core
         if core is None:
             return False
-        parser = self.parser
         while True:
             self._fit(2 * (len(self._others) + 257) + 2)
             done = core.fill_state(sid, self.state(sid), self.table, self.filled, self.finishes,
-                                   self.ids, self._others, parser.auto.rule_start,
-                                   parser._closure_memo, parser._top_memo, MAX_STACK_DEPTH,
-                                   MAX_PARSE_STACKS, _MEMO_LIMIT)
+                                   *self.native_context)
             if done != 2:  # 2: the closure built states past the table; grow it, go again
                 return done == 1
 
