@@ -11,7 +11,11 @@
  *     or call edge, or the rule's end), as sorted int arrays;
  *   - every DFA state's (rule, sorted NFA set), interned in an open-addressing hash table.
  * What it writes back is what the rest of the engine reads: the Automaton's per-state lists
- * (trans_rows, row_targets, row_segments, calls, accepting_list, has_bytes).
+ * calls, accepting_list and has_bytes when a state is built. A built state's row is kept here
+ * as segments (lo, hi excl., target) and distinct targets, in two int pools; the Python lists
+ * trans_rows, row_segments and row_targets get an entry only when Python asks for it
+ * (Core.row, Core.segments, Core.targets): the C walk and the parser closures read the pools,
+ * and a 256-entry list per state was a third of a state's cost, in allocation and page faults.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -73,6 +77,11 @@ typedef struct {
     Py_ssize_t pool_n, pool_cap;
     int32_t *slots; /* hash table of state ids, -1 empty */
     Py_ssize_t n_slots;
+    /* built rows: per DFA state, where its segments (triples) and targets start in the pools
+     * and how many there are (seg_n -1: not built yet) */
+    Py_ssize_t *seg_off, *tgt_off;
+    int32_t *seg_n, *tgt_n;
+    IntVec segpool, tgtpool;
 } Core;
 
 static void free_sets(IntSet *sets, Py_ssize_t n) {
@@ -104,6 +113,12 @@ static void core_dealloc(Core *c) {
     free(c->st_hash);
     free(c->pool);
     free(c->slots);
+    free(c->seg_off);
+    free(c->tgt_off);
+    free(c->seg_n);
+    free(c->tgt_n);
+    free(c->segpool.v);
+    free(c->tgtpool.v);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
@@ -382,7 +397,16 @@ static int32_t intern(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n) {
         if (len) c->st_len = len;
         uint64_t *hash = realloc(c->st_hash, sizeof(uint64_t) * (size_t)cap);
         if (hash) c->st_hash = hash;
-        if (!rule_ || !off || !len || !hash) return PyErr_NoMemory(), -1;
+        Py_ssize_t *seg_off = realloc(c->seg_off, sizeof(Py_ssize_t) * (size_t)cap);
+        if (seg_off) c->seg_off = seg_off;
+        Py_ssize_t *tgt_off = realloc(c->tgt_off, sizeof(Py_ssize_t) * (size_t)cap);
+        if (tgt_off) c->tgt_off = tgt_off;
+        int32_t *seg_n = realloc(c->seg_n, sizeof(int32_t) * (size_t)cap);
+        if (seg_n) c->seg_n = seg_n;
+        int32_t *tgt_n = realloc(c->tgt_n, sizeof(int32_t) * (size_t)cap);
+        if (tgt_n) c->tgt_n = tgt_n;
+        if (!rule_ || !off || !len || !hash || !seg_off || !tgt_off || !seg_n || !tgt_n)
+            return PyErr_NoMemory(), -1;
         c->st_cap = cap;
     }
     if (c->pool_n + n > c->pool_cap) {
@@ -413,6 +437,9 @@ static int32_t intern(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n) {
     c->st_off[q] = c->pool_n;
     c->st_len[q] = n;
     c->st_hash[q] = h;
+    c->seg_n[q] = -1; /* not built */
+    c->tgt_n[q] = 0;
+    c->seg_off[q] = c->tgt_off[q] = 0;
     c->pool_n += n;
     c->slots[at] = q;
     if (2 * c->n_states > c->n_slots && rehash(c, c->n_slots * 2) < 0) return -1;
@@ -472,9 +499,14 @@ static int core_init(Core *c, PyObject *args, PyObject *kwds) {
     c->st_off = malloc(sizeof(Py_ssize_t) * 256);
     c->st_len = malloc(sizeof(Py_ssize_t) * 256);
     c->st_hash = malloc(sizeof(uint64_t) * 256);
+    c->seg_off = malloc(sizeof(Py_ssize_t) * 256);
+    c->tgt_off = malloc(sizeof(Py_ssize_t) * 256);
+    c->seg_n = malloc(sizeof(int32_t) * 256);
+    c->tgt_n = malloc(sizeof(int32_t) * 256);
     c->pool_cap = 4096;
     c->pool = malloc(sizeof(int32_t) * 4096);
-    if (!c->st_rule || !c->st_off || !c->st_len || !c->st_hash || !c->pool)
+    if (!c->st_rule || !c->st_off || !c->st_len || !c->st_hash || !c->pool || !c->seg_off ||
+        !c->tgt_off || !c->seg_n || !c->tgt_n)
         return PyErr_NoMemory(), -1;
     if (rehash(c, 1024) < 0) return -1;
     return fit_nfa(c);
@@ -732,13 +764,17 @@ static PyObject *int_list(const int32_t *v, Py_ssize_t n) {
     return list;
 }
 
-/* Build DFA state q's transitions into the Automaton's lists (0, or -1 with an exception). */
+/* Whether DFA state q is built (its row is in the pools). */
+static int is_built(Core *c, long q) { return c->seg_n[q] >= 0; }
+
+/* Build DFA state q: its row into the pools, its calls and has_bytes into the Automaton's
+ * lists (0, or -1 with an exception). */
 static int ensure_state(Core *c, long q) {
     if (q < 0 || q >= c->n_states) {
         PyErr_Format(PyExc_IndexError, "determinise: DFA state %ld out of range", q);
         return -1;
     }
-    if (PyList_GET_ITEM(c->trans_rows, q) != Py_None) return 0;
+    if (is_built(c, q)) return 0;
     int32_t rule = c->st_rule[q];
     Py_ssize_t n = c->st_len[q];
     /* a copy: interning new states may move the pool */
@@ -748,39 +784,16 @@ static int ensure_state(Core *c, long q) {
     int32_t row[256];
     IntVec targets = {0}, segs = {0};
     int has_bytes = 0;
-    PyObject *calls = NULL, *row_list = NULL, *target_list = NULL, *seg_list = NULL;
+    PyObject *calls = NULL;
     int result = -1;
     if (build_row(c, rule, v, n, row, &targets, &segs, &has_bytes) < 0) goto done;
     calls = build_calls(c, rule, v, n);
     if (!calls) goto done;
-    row_list = PyList_New(256);
-    if (!row_list) goto done;
-    PyObject *cell = NULL;
-    int32_t cell_value = 0;
-    for (int b = 0; b < 256; b++) { /* one int object per run of equal targets */
-        if (!cell || row[b] != cell_value) {
-            cell = PyLong_FromLong(row[b]);
-            if (!cell) goto done;
-            cell_value = row[b];
-        } else {
-            Py_INCREF(cell);
-        }
-        PyList_SET_ITEM(row_list, b, cell);
-    }
-    target_list = int_list(targets.v, targets.n);
-    if (!target_list) goto done;
-    seg_list = PyList_New(segs.n / 3);
-    if (!seg_list) goto done;
-    for (Py_ssize_t i = 0; i < segs.n / 3; i++) {
-        PyObject *seg = Py_BuildValue("(iii)", segs.v[3 * i], segs.v[3 * i + 1], segs.v[3 * i + 2]);
-        if (!seg) goto done;
-        untrack_acyclic(seg);
-        PyList_SET_ITEM(seg_list, i, seg);
-    }
-    untrack_acyclic(row_list);
-    untrack_acyclic(target_list);
-    untrack_acyclic(seg_list);
-    /* trans_rows last: a row there marks the state as built */
+    Py_ssize_t seg_at = c->segpool.n, tgt_at = c->tgtpool.n;
+    for (Py_ssize_t i = 0; i < segs.n; i++)
+        if (vec_push(&c->segpool, segs.v[i]) < 0) goto done;
+    for (Py_ssize_t i = 0; i < targets.n; i++)
+        if (vec_push(&c->tgtpool, targets.v[i]) < 0) goto done;
     if (PyList_SetItem(c->calls, q, calls) < 0) {
         calls = NULL;
         goto done;
@@ -788,31 +801,123 @@ static int ensure_state(Core *c, long q) {
     calls = NULL;
     Py_INCREF(has_bytes ? Py_True : Py_False);
     if (PyList_SetItem(c->has_bytes, q, has_bytes ? Py_True : Py_False) < 0) goto done;
-    if (PyList_SetItem(c->row_targets, q, target_list) < 0) {
-        target_list = NULL;
-        goto done;
-    }
-    target_list = NULL;
-    if (PyList_SetItem(c->row_segments, q, seg_list) < 0) {
-        seg_list = NULL;
-        goto done;
-    }
-    seg_list = NULL;
-    if (PyList_SetItem(c->trans_rows, q, row_list) < 0) {
-        row_list = NULL;
-        goto done;
-    }
-    row_list = NULL;
+    /* last: a row in the pools marks the state as built */
+    c->seg_off[q] = seg_at;
+    c->tgt_off[q] = tgt_at;
+    c->tgt_n[q] = (int32_t)targets.n;
+    c->seg_n[q] = (int32_t)(segs.n / 3);
     result = 0;
 done:
     free(v);
     free(targets.v);
     free(segs.v);
     Py_XDECREF(calls);
-    Py_XDECREF(row_list);
-    Py_XDECREF(target_list);
-    Py_XDECREF(seg_list);
     return result;
+}
+
+/* The segments of built state q: *out points at seg_n triples (lo, hi excl., target). */
+static int32_t built_segments(Core *c, long q, const int32_t **out) {
+    *out = c->segpool.v + c->seg_off[q];
+    return c->seg_n[q];
+}
+
+/* The state number q of a Python call, checked and built (-1 with an exception). */
+static int built_arg(Core *c, PyObject *args, long *q) {
+    if (!PyArg_ParseTuple(args, "l", q) || ensure_state(c, *q) < 0) return -1;
+    return 0;
+}
+
+/* Python: row(q) -> list of 256 targets (-1: refused), building q if needed; the list is also
+ * stored in the Automaton's trans_rows[q]. */
+static PyObject *core_row(Core *c, PyObject *args) {
+    long q;
+    if (built_arg(c, args, &q) < 0) return NULL;
+    PyObject *got = PyList_GET_ITEM(c->trans_rows, q);
+    if (got != Py_None) {
+        Py_INCREF(got);
+        return got;
+    }
+    int32_t row[256];
+    for (int b = 0; b < 256; b++) row[b] = -1;
+    const int32_t *segs;
+    int32_t n = built_segments(c, q, &segs);
+    for (int32_t i = 0; i < n; i++)
+        for (int32_t b = segs[3 * i]; b < segs[3 * i + 1]; b++) row[b] = segs[3 * i + 2];
+    PyObject *list = PyList_New(256);
+    if (!list) return NULL;
+    PyObject *cell = NULL;
+    int32_t cell_value = 0;
+    for (int b = 0; b < 256; b++) { /* one int object per run of equal targets */
+        if (!cell || row[b] != cell_value) {
+            cell = PyLong_FromLong(row[b]);
+            if (!cell) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            cell_value = row[b];
+        } else {
+            Py_INCREF(cell);
+        }
+        PyList_SET_ITEM(list, b, cell);
+    }
+    untrack_acyclic(list);
+    Py_INCREF(list);
+    if (PyList_SetItem(c->trans_rows, q, list) < 0) {
+        Py_DECREF(list);
+        return NULL;
+    }
+    return list;
+}
+
+/* Python: segments(q) -> list of (lo, hi excl., target), stored in row_segments[q] too. */
+static PyObject *core_segments(Core *c, PyObject *args) {
+    long q;
+    if (built_arg(c, args, &q) < 0) return NULL;
+    PyObject *got = PyList_GET_ITEM(c->row_segments, q);
+    if (got != Py_None) {
+        Py_INCREF(got);
+        return got;
+    }
+    const int32_t *segs;
+    int32_t n = built_segments(c, q, &segs);
+    PyObject *list = PyList_New(n);
+    if (!list) return NULL;
+    for (int32_t i = 0; i < n; i++) {
+        PyObject *seg = Py_BuildValue("(iii)", segs[3 * i], segs[3 * i + 1], segs[3 * i + 2]);
+        if (!seg) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        untrack_acyclic(seg);
+        PyList_SET_ITEM(list, i, seg);
+    }
+    untrack_acyclic(list);
+    Py_INCREF(list);
+    if (PyList_SetItem(c->row_segments, q, list) < 0) {
+        Py_DECREF(list);
+        return NULL;
+    }
+    return list;
+}
+
+/* Python: targets(q) -> list of q's distinct successors, stored in row_targets[q] too. */
+static PyObject *core_targets(Core *c, PyObject *args) {
+    long q;
+    if (built_arg(c, args, &q) < 0) return NULL;
+    PyObject *got = PyList_GET_ITEM(c->row_targets, q);
+    if (got != Py_None) {
+        Py_INCREF(got);
+        return got;
+    }
+    PyObject *list = int_list(c->tgtpool.v + c->tgt_off[q], c->tgt_n[q]);
+    if (!list) return NULL;
+    untrack_acyclic(list);
+    Py_INCREF(list);
+    if (PyList_SetItem(c->row_targets, q, list) < 0) {
+        Py_DECREF(list);
+        return NULL;
+    }
+    return list;
 }
 
 /* Python: ensure(q). */
@@ -828,7 +933,7 @@ static PyObject *core_ensure(Core *c, PyObject *args) {
  * an exception. */
 static int write_plain(Core *c, long q, int32_t *table, Py_ssize_t rows, uint8_t *filled,
                        uint8_t *finishes, long sid) {
-    if (q < 0 || q >= c->n_states || PyList_GET_ITEM(c->trans_rows, q) == Py_None) {
+    if (q < 0 || q >= c->n_states || !is_built(c, q)) {
         PyErr_Format(PyExc_ValueError, "determinise: DFA state %ld is not built", q);
         return -1;
     }
@@ -838,27 +943,12 @@ static int write_plain(Core *c, long q, int32_t *table, Py_ssize_t rows, uint8_t
     }
     PyObject *calls = PyList_GET_ITEM(c->calls, q);
     if (!PyTuple_Check(calls) || PyTuple_GET_SIZE(calls) > 0) return 0;
-    Py_ssize_t n_segs;
-    PyObject **segs;
-    if (items_of(PyList_GET_ITEM(c->row_segments, q), &segs, &n_segs, "row segments") < 0)
-        return -1;
+    const int32_t *segs;
+    int32_t n_segs = built_segments(c, q, &segs);
     int32_t row[256];
     for (int b = 0; b < 256; b++) row[b] = -1;
-    for (Py_ssize_t i = 0; i < n_segs; i++) {
-        int32_t lo, hi, t;
-        PyObject *seg = segs[i];
-        if (!PyTuple_Check(seg) || PyTuple_GET_SIZE(seg) != 3 ||
-            as_int32(PyTuple_GET_ITEM(seg, 0), &lo) < 0 ||
-            as_int32(PyTuple_GET_ITEM(seg, 1), &hi) < 0 ||
-            as_int32(PyTuple_GET_ITEM(seg, 2), &t) < 0) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "write_plain_row: segments are (lo, hi, t)");
-            return -1;
-        }
-        if (lo < 0 || hi > 256 || lo > hi || t < 0) {
-            PyErr_SetString(PyExc_IndexError, "write_plain_row: segment out of range");
-            return -1;
-        }
+    for (int32_t i = 0; i < n_segs; i++) {
+        int32_t lo = segs[3 * i], hi = segs[3 * i + 1], t = segs[3 * i + 2];
         if (2 * (Py_ssize_t)t >= rows) return 0;
         for (int32_t b = lo; b < hi; b++) row[b] = 2 * t;
     }
@@ -926,26 +1016,16 @@ static int fill_row_raw(Core *c, PyObject *stacks, long sid, int32_t *table,
         }
         int32_t top;
         if (as_int32(PyTuple_GET_ITEM(st, PyTuple_GET_SIZE(st) - 1), &top) < 0) goto done;
-        if (top < 0 || top >= c->n_states || PyList_GET_ITEM(c->trans_rows, top) == Py_None) {
+        if (top < 0 || top >= c->n_states || !is_built(c, top)) {
             PyErr_Format(PyExc_ValueError, "fill_row: DFA state %d is not built", top);
             goto done;
         }
         int32_t *row = rows + 256 * k;
         for (int b = 0; b < 256; b++) row[b] = -1;
-        Py_ssize_t n_segs;
-        PyObject **segs;
-        if (items_of(PyList_GET_ITEM(c->row_segments, top), &segs, &n_segs, "row segments") < 0)
-            goto done;
-        for (Py_ssize_t i = 0; i < n_segs; i++) {
-            int32_t lo, hi, t;
-            if (as_int32(PyTuple_GET_ITEM(segs[i], 0), &lo) < 0 ||
-                as_int32(PyTuple_GET_ITEM(segs[i], 1), &hi) < 0 ||
-                as_int32(PyTuple_GET_ITEM(segs[i], 2), &t) < 0)
-                goto done;
-            if (lo < 0 || hi > 256 || lo > hi) {
-                PyErr_SetString(PyExc_IndexError, "fill_row: segment out of range");
-                goto done;
-            }
+        const int32_t *segs;
+        int32_t n_segs = built_segments(c, top, &segs);
+        for (int32_t i = 0; i < n_segs; i++) {
+            int32_t lo = segs[3 * i], hi = segs[3 * i + 1], t = segs[3 * i + 2];
             bound[lo] = bound[hi] = 1;
             for (int32_t b = lo; b < hi; b++) row[b] = t;
         }
@@ -1366,6 +1446,12 @@ static PyMethodDef core_methods[] = {
      "intern_start(rule, start) -> id of the DFA state at the start of a rule"},
     {"ensure", (PyCFunction)core_ensure, METH_VARARGS,
      "ensure(q): build state q's transitions (a no-op when built)"},
+    {"row", (PyCFunction)core_row, METH_VARARGS,
+     "row(q) -> q's 256 targets (-1: refused), building q; kept in trans_rows[q]"},
+    {"segments", (PyCFunction)core_segments, METH_VARARGS,
+     "segments(q) -> q's row as [(lo, hi excl., target)]; kept in row_segments[q]"},
+    {"targets", (PyCFunction)core_targets, METH_VARARGS,
+     "targets(q) -> q's distinct successors; kept in row_targets[q]"},
     {"write_plain_row", (PyCFunction)core_write_plain_row, METH_VARARGS,
      "write_plain_row(q, table, filled, finishes, sid) -> bool"},
     {"fill_state", (PyCFunction)core_fill_state, METH_VARARGS,

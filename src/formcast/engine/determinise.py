@@ -36,6 +36,12 @@ class Determiniser(Protocol):
 
     def rule(self, q: int) -> int: ...
 
+    def row(self, q: int) -> list[int]: ...
+
+    def segments(self, q: int) -> list[tuple[int, int, int]]: ...
+
+    def targets(self, q: int) -> list[int]: ...
+
     def write_plain_row(self, q: int, table: np.ndarray, filled: np.ndarray,
                         finishes: np.ndarray, sid: int) -> bool: ...
 
@@ -89,6 +95,18 @@ class PyDeterminiser:
 
     def rule(self, q: int) -> int:
         return self._sets[q][0]
+
+    def row(self, q: int) -> list[int]:
+        self.ensure(q)
+        return self.trans_rows[q]
+
+    def segments(self, q: int) -> list[tuple[int, int, int]]:
+        self.ensure(q)
+        return self.row_segments[q]
+
+    def targets(self, q: int) -> list[int]:
+        self.ensure(q)
+        return self.row_targets[q]
 
     def write_plain_row(self, q: int, table: np.ndarray, filled: np.ndarray,
                         finishes: np.ndarray, sid: int) -> bool:

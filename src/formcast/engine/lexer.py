@@ -27,9 +27,10 @@ class Automaton:
     first time something needs its transitions (``ensure``), so a schema with a
     ``maxLength: 400`` string costs nothing for the 399 positions a generation never reaches.
 
-    Once ``ensure(q)`` ran: ``trans_rows[q][b]`` is the state after byte ``b`` (-1: refused),
-    ``row_segments[q]`` the same row as ``(lo, hi excl., target)`` runs, and ``calls[q]``
-    maps a call rule index to the state reached after that rule completes.
+    ``row(q)[b]`` is the state after byte ``b`` (-1: refused), ``segments(q)`` the same row as
+    ``(lo, hi excl., target)`` runs; once ``ensure(q)`` ran, ``calls[q]`` maps a call rule
+    index to the state reached after that rule completes. The C determiniser keeps rows
+    itself and makes the Python lists (``trans_rows[q]``...) only when they are asked for.
     ``accepting_list[q]`` means the rule that owns ``q`` may end here. States are made by a
     determiniser (``engine.determinise``: in C when the extension is built).
     """
@@ -164,8 +165,23 @@ class Automaton:
 
     def ensure(self, q: int) -> None:
         """Build the transitions of state ``q`` if they are not built yet."""
-        if self.trans_rows[q] is None:
+        if self.calls[q] is None:  # set when a state is built, by either determiniser
             self._core.ensure(q)
+
+    def row(self, q: int) -> list[int]:
+        """State ``q``'s successor for each byte (-1: refused), building ``q`` if needed."""
+        got = self.trans_rows[q]
+        return got if got is not None else self._core.row(q)
+
+    def segments(self, q: int) -> list[tuple[int, int, int]]:
+        """State ``q``'s row as ``(lo, hi excl., target)`` runs, building ``q`` if needed."""
+        got = self.row_segments[q]
+        return got if got is not None else self._core.segments(q)
+
+    def targets(self, q: int) -> list[int]:
+        """State ``q``'s distinct successors, building ``q`` if needed."""
+        got = self.row_targets[q]
+        return got if got is not None else self._core.targets(q)
 
     def write_plain_row(self, q: int, table: np.ndarray, filled: np.ndarray,
                         finishes: np.ndarray, sid: int) -> bool:

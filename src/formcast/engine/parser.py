@@ -153,7 +153,10 @@ class Parser:
         out: set[Stack] = set()
         for kernel in state:
             for st in self.close_stack(kernel):
-                nxt = rows[st[-1]][byte]
+                row = rows[st[-1]]
+                if row is None:  # built in C, not asked for in Python yet
+                    row = self.auto.row(st[-1])
+                nxt = row[byte]
                 if nxt >= 0:
                     out.add(st[:-1] + (nxt,))
         if len(out) > MAX_PARSE_STACKS:
@@ -180,10 +183,10 @@ class Parser:
 
     def allowed_bytes(self, state: State) -> list[int]:
         """Bytes that can come next."""
-        rows = self._rows
+        row = self.auto.row
         allowed = set()
         for st in self.closed(state):
-            allowed.update(b for b, t in enumerate(rows[st[-1]]) if t >= 0)
+            allowed.update(b for b, t in enumerate(row(st[-1])) if t >= 0)
         return sorted(allowed)
 
 
@@ -323,10 +326,9 @@ class DenseStates:
             self._fit(2 * (len(self._others) + 257) + 2)
             core.fill_row(stacks, sid, self.table, self.filled, self.ids, self._others)
             return
-        rows = auto.trans_rows
+        rows = {top: auto.row(top) for top in {st[-1] for st in stacks}}
         tops = [st[-1] for st in stacks]
-        segments = auto.row_segments
-        points = sorted({p for top in tops for lo, hi, _ in segments[top] for p in (lo, hi)})
+        points = sorted({p for top in rows for lo, hi, _ in auto.segments(top) for p in (lo, hi)})
         numbered_cols: dict[tuple[int, ...], int] = {}
         out = np.full(256, -1, dtype=np.int32)
         for lo, hi in zip(points, points[1:], strict=False):
