@@ -117,6 +117,39 @@ static int load_determinise_api(void) {
     return determinise_api ? 0 : -1;
 }
 
+/* One walk's arrays, as raw pointers (the caller holds their buffers). */
+typedef struct {
+    int32_t *table;
+    uint8_t *filled, *finishes;
+    Py_ssize_t n_states;
+    const Node *nodes;
+    const uint64_t *subtree; /* 4 words a node: bytes used below it */
+    const int32_t *ids;      /* token id of each row */
+    const int32_t *maxlen;   /* longest token below each node, in bytes */
+    Py_ssize_t n_nodes, n_rows;
+    const int64_t *chain;
+    Py_ssize_t chain_len;
+    const uint64_t *outside; /* 4 words: bytes not in the slice */
+    int use_slice;
+    const int64_t *pending_in;
+    Py_ssize_t n_in;
+    /* Allowed token ids as bits, bit t % 8 of byte t / 8 (numpy's little bit order, so the
+     * bytes read as int32 words are the bitmask layout): 8 times less fresh memory to fault
+     * in and write than a bool per token, in every cold mask. */
+    uint8_t *allowed;
+    Py_ssize_t n_ids;
+    /* Sorted token rows the walk is limited to (empty: all): a subtree is skipped when none
+     * of them lies in it. */
+    const int64_t *only;
+    Py_ssize_t n_only;
+    /* Bytes that can follow the base frame's end in some context: a token that passes a point
+     * where the frame could end goes on in the context only with one of them next. */
+    const uint8_t *follow;
+    PyObject *core, *ctx;
+} Walk;
+
+static PyObject *run_walk(const Walk *w);
+
 static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objs[N_BUFS];
@@ -140,45 +173,48 @@ static PyObject *walk(PyObject *self, PyObject *args) {
             return NULL;
         }
     }
-    int32_t *table = bufs[0].b.buf;
-    uint8_t *filled = bufs[1].b.buf;
-    uint8_t *finishes = bufs[2].b.buf;
-    const Node *nodes = bufs[3].b.buf;
-    const uint64_t *subtree = bufs[4].b.buf; /* 4 words a node: bytes used below it */
-    const int32_t *ids = bufs[5].b.buf;      /* token id of each row */
-    const int64_t *chain = bufs[6].b.buf;
-    const uint64_t *outside = bufs[7].b.buf; /* 4 words: bytes not in the slice */
-    const int64_t *pending_in = bufs[8].b.buf;
-    /* Allowed token ids as bits, bit t % 8 of byte t / 8 (numpy's little bit order, so the
-     * bytes read as int32 words are the bitmask layout): 8 times less fresh memory to fault
-     * in and write than a bool per token, in every cold mask. */
-    uint8_t *allowed = bufs[9].b.buf;
-    Py_ssize_t n_states = bufs[1].b.len;
-    Py_ssize_t n_nodes = bufs[3].b.len / (Py_ssize_t)sizeof(Node);
-    Py_ssize_t n_rows = bufs[5].b.len / 4;
-    Py_ssize_t n_ids = 8 * bufs[9].b.len;
-    Py_ssize_t chain_len = bufs[6].b.len / 8;
-    int use_slice = chain_len > 0 && bufs[7].b.len == 32;
-    Py_ssize_t n_in = bufs[8].b.len / 8 / 3;
-    /* Sorted token rows the walk is limited to (empty: all): a subtree is skipped when none
-     * of them lies in it. */
-    const int64_t *only = bufs[10].b.buf;
-    Py_ssize_t n_only = bufs[10].b.len / 8;
-    /* Bytes that can follow the base frame's end in some context: a token that passes a point
-     * where the frame could end goes on in the context only with one of them next. */
-    const uint8_t *follow = bufs[11].b.buf;
-    const int32_t *maxlen = bufs[12].b.buf; /* longest token below each node, in bytes */
-    if (bufs[3].b.len % (Py_ssize_t)sizeof(Node) || bufs[4].b.len != 32 * n_nodes ||
-        bufs[12].b.len != 4 * n_nodes || bufs[0].b.len < 4 * 256 * n_states ||
-        bufs[11].b.len != 256) {
+    Walk w = {
+        .table = bufs[0].b.buf, .filled = bufs[1].b.buf, .finishes = bufs[2].b.buf,
+        .n_states = bufs[1].b.len, .nodes = bufs[3].b.buf, .subtree = bufs[4].b.buf,
+        .ids = bufs[5].b.buf, .maxlen = bufs[12].b.buf,
+        .n_nodes = bufs[3].b.len / (Py_ssize_t)sizeof(Node), .n_rows = bufs[5].b.len / 4,
+        .chain = bufs[6].b.buf, .chain_len = bufs[6].b.len / 8, .outside = bufs[7].b.buf,
+        .use_slice = bufs[6].b.len > 0 && bufs[7].b.len == 32,
+        .pending_in = bufs[8].b.buf, .n_in = bufs[8].b.len / 8 / 3,
+        .allowed = bufs[9].b.buf, .n_ids = 8 * bufs[9].b.len,
+        .only = bufs[10].b.buf, .n_only = bufs[10].b.len / 8, .follow = bufs[11].b.buf,
+        .core = core, .ctx = ctx};
+    if (bufs[3].b.len % (Py_ssize_t)sizeof(Node) || bufs[4].b.len != 32 * w.n_nodes ||
+        bufs[12].b.len != 4 * w.n_nodes || bufs[0].b.len < 4 * 256 * w.n_states ||
+        bufs[11].b.len != 256 || bufs[2].b.len < w.n_states) {
         release(bufs, N_BUFS);
         PyErr_SetString(PyExc_ValueError, "trie walk: array sizes do not match");
         return NULL;
     }
+    PyObject *result = run_walk(&w);
+    release(bufs, N_BUFS);
+    return result;
+}
+
+/* The walk itself: (pending triples, needing ids, deepest byte), or NULL with an exception. */
+static PyObject *run_walk(const Walk *w) {
+    int32_t *table = w->table;
+    uint8_t *filled = w->filled, *finishes = w->finishes;
+    const Node *nodes = w->nodes;
+    const uint64_t *subtree = w->subtree;
+    const int32_t *ids = w->ids, *maxlen = w->maxlen;
+    const int64_t *chain = w->chain, *pending_in = w->pending_in, *only = w->only;
+    const uint64_t *outside = w->outside;
+    uint8_t *allowed = w->allowed;
+    const uint8_t *follow = w->follow;
+    Py_ssize_t n_states = w->n_states, n_nodes = w->n_nodes, n_rows = w->n_rows,
+               n_ids = w->n_ids, chain_len = w->chain_len, n_in = w->n_in, n_only = w->n_only;
+    int use_slice = w->use_slice;
+    PyObject *core = w->core, *ctx = w->ctx;
+    int fill_inline = core != Py_None;
     /* The deepest node is the longest token (the root's maxlen); one state per depth. */
     int32_t max_depth = n_nodes > 0 ? maxlen[0] : 0;
     if (max_depth < 0 || max_depth > 65535) {
-        release(bufs, N_BUFS);
         PyErr_SetString(PyExc_ValueError, "trie walk: bad trie depth");
         return NULL;
     }
@@ -196,7 +232,6 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         free(st_ends);
         free(pending);
         free(needs);
-        release(bufs, N_BUFS);
         return PyErr_NoMemory();
     }
     int bad = 0;
@@ -312,7 +347,6 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     free(st_state);
     free(st_flag);
     free(st_ends);
-    release(bufs, N_BUFS);
     if (bad) {
         free(pending);
         free(needs);
@@ -438,6 +472,68 @@ static int wider_slice(const Rows *r, const int64_t *chain, long long length, ui
  * uint64) receives the bytes outside the slice as bits. missing >= 0: a state whose row is not
  * filled (with a Core, only states of several stacks, and with a context only states Python
  * must grow the table for or refuse); fill it and call again. */
+/* The slice chain of `base` (see slice_chain below) into chain/outside: *length, *missing
+ * and *mode as slice_chain returns them. 0, or -1 with an exception. */
+static int run_slice_chain(Rows *r, long long base, long long horizon, long long limit,
+                           long long min_bytes, int64_t *chain, uint64_t *outside,
+                           long long *length_out, long long *missing_out, int *mode_out) {
+    PyObject *core = r->core, *ctx = r->ctx;
+    long long length = 0, missing = -1;
+    int mode = 0, got = ensure_row(core, ctx, base, r->table, r->n_states, r->filled, r->finishes);
+    uint8_t slice[256];
+    if (got < 0) return -1;
+    if (!got) {
+        missing = base;
+        goto done;
+    }
+    int count;
+    const int32_t *row = r->table + 256 * base;
+    int32_t best = most_common(row, &count);
+    if (best >= 0 && count >= min_bytes) {
+        mode = 1;
+        for (int b = 0; b < 256; b++) slice[b] = row[b] == best;
+        length = run_chain(r, base, best, slice, limit, chain, &missing);
+        uint8_t wider[256];
+        if (length >= 0 && missing < 0 && limit == horizon && wider_slice(r, chain, length, wider))
+            memcpy(slice, wider, sizeof(slice));
+    } else if (best >= 0 && horizon >= 2) {
+        if (best >= r->n_states) {
+            PyErr_SetString(PyExc_IndexError, "slice_chain: state id out of range");
+            return -1;
+        }
+        got = ensure_row(core, ctx, best, r->table, r->n_states, r->filled, r->finishes);
+        if (got < 0) return -1;
+        if (!got) {
+            missing = best;
+            goto done;
+        }
+        const int32_t *next_row = r->table + 256 * best;
+        int32_t succ = most_common(next_row, &count);
+        if (succ >= 0 && count >= min_bytes) {
+            mode = 2;
+            for (int b = 0; b < 256; b++) slice[b] = next_row[b] == succ;
+            chain[0] = base;
+            length = run_chain(r, best, succ, slice, horizon - 1, chain + 1, &missing);
+            if (length > 0) length++;
+        }
+    }
+    if (length < 0) return -1;
+    if (missing >= 0 || length == 0) {
+        length = 0;
+        mode = 0;
+    } else {
+        memset(outside, 0, 32);
+        for (int b = 0; b < 256; b++)
+            if (!slice[b]) outside[b >> 6] |= (uint64_t)1 << (b & 63);
+    }
+done:
+    *length_out = length;
+    *missing_out = missing;
+    *mode_out = mode;
+    return 0;
+}
+
+/* Python: slice_chain(...), documented above run_slice_chain. */
 static PyObject *slice_chain(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objs[5];
@@ -469,59 +565,93 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
         return NULL;
     }
     long long length = 0, missing = -1;
-    int mode = 0, got = ensure_row(core, ctx, base, r.table, r.n_states, r.filled, r.finishes);
-    uint8_t slice[256];
-    if (got < 0) goto fail;
-    if (!got) {
-        missing = base;
-        goto done;
+    int mode = 0;
+    if (run_slice_chain(&r, base, horizon, limit, min_bytes, chain, outside, &length, &missing,
+                        &mode) < 0) {
+        release(bufs, 5);
+        return NULL;
     }
-    int count;
-    const int32_t *row = r.table + 256 * base;
-    int32_t best = most_common(row, &count);
-    if (best >= 0 && count >= min_bytes) {
-        mode = 1;
-        for (int b = 0; b < 256; b++) slice[b] = row[b] == best;
-        length = run_chain(&r, base, best, slice, limit, chain, &missing);
-        uint8_t wider[256];
-        if (length >= 0 && missing < 0 && limit == horizon && wider_slice(&r, chain, length, wider))
-            memcpy(slice, wider, sizeof(slice));
-    } else if (best >= 0 && horizon >= 2) {
-        if (best >= r.n_states) {
-            PyErr_SetString(PyExc_IndexError, "slice_chain: state id out of range");
-            goto fail;
-        }
-        got = ensure_row(core, ctx, best, r.table, r.n_states, r.filled, r.finishes);
-        if (got < 0) goto fail;
-        if (!got) {
-            missing = best;
-            goto done;
-        }
-        const int32_t *next_row = r.table + 256 * best;
-        int32_t succ = most_common(next_row, &count);
-        if (succ >= 0 && count >= min_bytes) {
-            mode = 2;
-            for (int b = 0; b < 256; b++) slice[b] = next_row[b] == succ;
-            chain[0] = base;
-            length = run_chain(&r, best, succ, slice, horizon - 1, chain + 1, &missing);
-            if (length > 0) length++;
-        }
-    }
-    if (length < 0) goto fail;
-    if (missing >= 0 || length == 0) {
-        length = 0;
-        mode = 0;
-    } else {
-        memset(outside, 0, 32);
-        for (int b = 0; b < 256; b++)
-            if (!slice[b]) outside[b >> 6] |= (uint64_t)1 << (b & 63);
-    }
-done:
     release(bufs, 5);
     return Py_BuildValue("LLi", length, missing, mode);
-fail:
-    release(bufs, 5);
-    return NULL;
+}
+
+/* cold_walk(table, filled, finishes, nodes, subtree_bytes, ids, maxlen, allowed, follow, base,
+ *           horizon, min_bytes, core, context) -> (pending, needs, reached) or None
+ *
+ * A cold mask's whole walk from one state in one call: the slice chain of `base` (the whole
+ * chain, limit = horizon) and then the walk from the trie's root, with the Core and the
+ * DenseStates context building every state met. For an automaton without lazily copied
+ * repetitions (whose chains Python shortens, see mask_cache._native_slice_chain), this is
+ * slice_chain followed by walk without the Python between them: their arrays, calls and
+ * buffer handling were a third of a small grammar's cold mask. None: the slice chain met a
+ * state Python has to fill first; take the general path. */
+static PyObject *cold_walk(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *objs[9];
+    PyObject *core, *ctx;
+    long long base, horizon, min_bytes;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOLLLOO", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &base, &horizon,
+                          &min_bytes, &core, &ctx))
+        return NULL;
+    if (core == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "cold_walk: needs the determiniser's Core");
+        return NULL;
+    }
+    if (load_determinise_api() < 0) return NULL;
+    static const char *names[9] = {"table", "filled", "finishes", "nodes", "subtree_bytes",
+                                   "ids", "maxlen", "allowed", "follow"};
+    static const Py_ssize_t sizes[9] = {4, 1, 1, 1, 8, 4, 4, 1, 1};
+    Buf bufs[9];
+    memset(bufs, 0, sizeof(bufs));
+    for (int i = 0; i < 9; i++) {
+        if (get_buf(objs[i], &bufs[i], i <= 2 || i == 7, sizes[i], names[i]) < 0) {
+            release(bufs, 9);
+            return NULL;
+        }
+    }
+    Py_ssize_t n_states = bufs[1].b.len;
+    Py_ssize_t n_nodes = bufs[3].b.len / (Py_ssize_t)sizeof(Node);
+    if (bufs[3].b.len % (Py_ssize_t)sizeof(Node) || bufs[4].b.len != 32 * n_nodes ||
+        bufs[6].b.len != 4 * n_nodes || bufs[0].b.len < 4 * 256 * n_states ||
+        bufs[2].b.len != n_states || bufs[8].b.len != 256 || base < 0 || base >= n_states ||
+        horizon < 0 || horizon > 65535) {
+        release(bufs, 9);
+        PyErr_SetString(PyExc_ValueError, "cold_walk: bad base state, horizon or array sizes");
+        return NULL;
+    }
+    int64_t *chain = malloc(sizeof(int64_t) * (size_t)(horizon + 1));
+    if (!chain) {
+        release(bufs, 9);
+        return PyErr_NoMemory();
+    }
+    uint64_t outside[4];
+    Rows r = {bufs[0].b.buf, bufs[1].b.buf, bufs[2].b.buf, n_states, core, ctx};
+    long long length = 0, missing = -1;
+    int mode = 0;
+    PyObject *result = NULL;
+    if (run_slice_chain(&r, base, horizon, horizon, min_bytes, chain, outside, &length,
+                        &missing, &mode) < 0)
+        goto done;
+    if (missing >= 0) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    int64_t start[3] = {0, base, 0};
+    Walk w = {
+        .table = bufs[0].b.buf, .filled = bufs[1].b.buf, .finishes = bufs[2].b.buf,
+        .n_states = n_states, .nodes = bufs[3].b.buf, .subtree = bufs[4].b.buf,
+        .ids = bufs[5].b.buf, .maxlen = bufs[6].b.buf, .n_nodes = n_nodes,
+        .n_rows = bufs[5].b.len / 4, .chain = chain, .chain_len = length, .outside = outside,
+        .use_slice = length > 0, .pending_in = start, .n_in = 1, .allowed = bufs[7].b.buf,
+        .n_ids = 8 * bufs[7].b.len, .only = NULL, .n_only = 0, .follow = bufs[8].b.buf,
+        .core = core, .ctx = ctx};
+    result = run_walk(&w);
+done:
+    free(chain);
+    release(bufs, 9);
+    return result;
 }
 
 static PyMethodDef methods[] = {
@@ -532,6 +662,10 @@ static PyMethodDef methods[] = {
      "of tokens that need the context, deepest byte looked at); allowed token ids get their bit "
      "set in allowed (bit t % 8 of byte t // 8); with a determiniser Core, one-frame states are "
      "built on the way, and with the DenseStates context every other state too"},
+    {"cold_walk", cold_walk, METH_VARARGS,
+     "cold_walk(table, filled, finishes, nodes, subtree_bytes, ids, maxlen, allowed, follow, "
+     "base, horizon, min_bytes, core, context) -> (pending, needs, reached), or None when the "
+     "slice chain needs Python first: slice_chain then walk from the root, in one call"},
     {"slice_chain", slice_chain, METH_VARARGS,
      "slice_chain(table, filled, finishes, base, horizon, limit, min_bytes, chain_out, "
      "outside_out[, core[, context]]) -> (length, missing state or -1, mode)"},

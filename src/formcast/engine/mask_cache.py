@@ -122,15 +122,26 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
     """
     trie = table.trie
     flat = trie.flat()
+    follow = _ALL_BYTES if follow is None else follow.astype(np.uint8, copy=False)
+    core = dense.parser.auto.native_core  # builds the states it meets inside the walk
+    context = dense.native_context
+    if only_rows is None and core is not None and not dense.parser.auto.has_lazy_copies:
+        # The usual cold mask: slice chain and walk in one C call (see cold_walk).
+        allowed = np.zeros(table.packed_bytes, dtype=np.uint8)
+        got = _trie_walk.cold_walk(
+            dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8), flat.nodes,
+            flat.subtree_bytes, flat.ids, flat.maxlen, allowed, follow, base, trie.max_len,
+            SLICE_MIN_BYTES, core, context)
+        if got is not None and not got[0]:
+            return StateVerdict(allowed, np.frombuffer(got[1], dtype=np.int64), got[2])
+        # Else some state needs Python first (the table must grow): the general path below,
+        # from scratch (a walk only fills rows, so starting again is exact).
     chain, outside = _native_slice_chain(dense, base, trie.max_len)
     if only_rows is None:
         only_rows = _EMPTY_INT64
-    follow = _ALL_BYTES if follow is None else follow.astype(np.uint8, copy=False)
     allowed = np.zeros(table.packed_bytes, dtype=np.uint8)
     needs: list[bytes] = []
     pending = np.array([0, base, 0], dtype=np.int64)
-    core = dense.parser.auto.native_core  # builds the states it meets inside the walk
-    context = dense.native_context
     depth = 0
     while True:  # the base's row is there (the slice chain needs it), or the walk builds it
         raw, needing, reached = _trie_walk.walk(
