@@ -827,16 +827,8 @@ static int built_arg(Core *c, PyObject *args, long *q) {
     return 0;
 }
 
-/* Python: row(q) -> list of 256 targets (-1: refused), building q if needed; the list is also
- * stored in the Automaton's trans_rows[q]. */
-static PyObject *core_row(Core *c, PyObject *args) {
-    long q;
-    if (built_arg(c, args, &q) < 0) return NULL;
-    PyObject *got = PyList_GET_ITEM(c->trans_rows, q);
-    if (got != Py_None) {
-        Py_INCREF(got);
-        return got;
-    }
+/* Python lists of built state q's row, made from the pools (new references). */
+static PyObject *row_list(Core *c, long q) {
     int32_t row[256];
     for (int b = 0; b < 256; b++) row[b] = -1;
     const int32_t *segs;
@@ -860,24 +852,10 @@ static PyObject *core_row(Core *c, PyObject *args) {
         }
         PyList_SET_ITEM(list, b, cell);
     }
-    untrack_acyclic(list);
-    Py_INCREF(list);
-    if (PyList_SetItem(c->trans_rows, q, list) < 0) {
-        Py_DECREF(list);
-        return NULL;
-    }
     return list;
 }
 
-/* Python: segments(q) -> list of (lo, hi excl., target), stored in row_segments[q] too. */
-static PyObject *core_segments(Core *c, PyObject *args) {
-    long q;
-    if (built_arg(c, args, &q) < 0) return NULL;
-    PyObject *got = PyList_GET_ITEM(c->row_segments, q);
-    if (got != Py_None) {
-        Py_INCREF(got);
-        return got;
-    }
+static PyObject *segment_list(Core *c, long q) {
     const int32_t *segs;
     int32_t n = built_segments(c, q, &segs);
     PyObject *list = PyList_New(n);
@@ -891,33 +869,48 @@ static PyObject *core_segments(Core *c, PyObject *args) {
         untrack_acyclic(seg);
         PyList_SET_ITEM(list, i, seg);
     }
+    return list;
+}
+
+static PyObject *target_list(Core *c, long q) {
+    return int_list(c->tgtpool.v + c->tgt_off[q], c->tgt_n[q]);
+}
+
+/* The Python list `make` gives for state q (the args' one number), built if need be and kept
+ * in store[q] (one of the Automaton's trans_rows, row_segments, row_targets): made once, on
+ * the first request. */
+static PyObject *kept_list(Core *c, PyObject *args, PyObject *store,
+                           PyObject *(*make)(Core *, long)) {
+    long q;
+    if (built_arg(c, args, &q) < 0) return NULL;
+    PyObject *got = PyList_GET_ITEM(store, q);
+    if (got != Py_None) {
+        Py_INCREF(got);
+        return got;
+    }
+    PyObject *list = make(c, q);
+    if (!list) return NULL;
     untrack_acyclic(list);
     Py_INCREF(list);
-    if (PyList_SetItem(c->row_segments, q, list) < 0) {
+    if (PyList_SetItem(store, q, list) < 0) {
         Py_DECREF(list);
         return NULL;
     }
     return list;
 }
 
-/* Python: targets(q) -> list of q's distinct successors, stored in row_targets[q] too. */
+/* Python: row(q) -> list of 256 targets (-1: refused); segments(q) -> list of (lo, hi excl.,
+ * target); targets(q) -> q's distinct successors. Each builds q if needed. */
+static PyObject *core_row(Core *c, PyObject *args) {
+    return kept_list(c, args, c->trans_rows, row_list);
+}
+
+static PyObject *core_segments(Core *c, PyObject *args) {
+    return kept_list(c, args, c->row_segments, segment_list);
+}
+
 static PyObject *core_targets(Core *c, PyObject *args) {
-    long q;
-    if (built_arg(c, args, &q) < 0) return NULL;
-    PyObject *got = PyList_GET_ITEM(c->row_targets, q);
-    if (got != Py_None) {
-        Py_INCREF(got);
-        return got;
-    }
-    PyObject *list = int_list(c->tgtpool.v + c->tgt_off[q], c->tgt_n[q]);
-    if (!list) return NULL;
-    untrack_acyclic(list);
-    Py_INCREF(list);
-    if (PyList_SetItem(c->row_targets, q, list) < 0) {
-        Py_DECREF(list);
-        return NULL;
-    }
-    return list;
+    return kept_list(c, args, c->row_targets, target_list);
 }
 
 /* Python: ensure(q). */
@@ -958,31 +951,57 @@ static int write_plain(Core *c, long q, int32_t *table, Py_ssize_t rows, uint8_t
     return 1;
 }
 
+/* The parser-state table (int32, rows x 256) and its per-row flags (finishes may be NULL),
+ * held as writable buffers for one call. */
+typedef struct {
+    Py_buffer b[3];
+    int held;
+    Py_ssize_t rows;
+} TableBufs;
+
+static void release_table(TableBufs *t) {
+    for (int i = 0; i < t->held; i++) PyBuffer_Release(&t->b[i]);
+    t->held = 0;
+}
+
+/* 0, or -1 with an exception (nothing left held). */
+static int hold_table(PyObject *table, PyObject *filled, PyObject *finishes, TableBufs *t,
+                      const char *who) {
+    PyObject *objs[3] = {table, filled, finishes};
+    int n = finishes ? 3 : 2;
+    t->held = 0;
+    for (; t->held < n; t->held++) {
+        if (PyObject_GetBuffer(objs[t->held], &t->b[t->held],
+                               PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+            release_table(t);
+            return -1;
+        }
+        if (t->b[t->held].itemsize != (t->held ? 1 : 4)) {
+            t->held++;
+            release_table(t);
+            PyErr_Format(PyExc_TypeError, "%s: int32 table, bool flags", who);
+            return -1;
+        }
+    }
+    t->rows = t->b[0].len / (4 * 256);
+    for (int i = 1; i < n; i++)
+        if (t->b[i].len < t->rows) {
+            release_table(t);
+            PyErr_Format(PyExc_ValueError, "%s: flags shorter than the table", who);
+            return -1;
+        }
+    return 0;
+}
+
 /* Python: write_plain_row(q, table, filled, finishes, sid) -> bool (see write_plain). */
 static PyObject *core_write_plain_row(Core *c, PyObject *args) {
     long q, sid;
     PyObject *objs[3];
     if (!PyArg_ParseTuple(args, "lOOOl", &q, &objs[0], &objs[1], &objs[2], &sid)) return NULL;
-    Py_buffer bufs[3];
-    Py_ssize_t itemsizes[3] = {4, 1, 1};
-    int held = 0, got = -1;
-    for (; held < 3; held++) {
-        if (PyObject_GetBuffer(objs[held], &bufs[held], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
-            goto done;
-        if (bufs[held].itemsize != itemsizes[held]) {
-            held++;
-            PyErr_SetString(PyExc_TypeError, "write_plain_row: int32 table, bool flags");
-            goto done;
-        }
-    }
-    Py_ssize_t rows = bufs[0].len / (4 * 256);
-    if (bufs[1].len < rows || bufs[2].len < rows) {
-        PyErr_SetString(PyExc_ValueError, "write_plain_row: flags shorter than the table");
-        goto done;
-    }
-    got = write_plain(c, q, bufs[0].buf, rows, bufs[1].buf, bufs[2].buf, sid);
-done:
-    for (int i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
+    TableBufs t;
+    if (hold_table(objs[0], objs[1], objs[2], &t, "write_plain_row") < 0) return NULL;
+    int got = write_plain(c, q, t.b[0].buf, t.rows, t.b[1].buf, t.b[2].buf, sid);
+    release_table(&t);
     if (got < 0) return NULL;
     return PyBool_FromLong(got);
 }
@@ -1144,25 +1163,10 @@ static PyObject *core_fill_row(Core *c, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!lOOO!O!", &PyList_Type, &stacks, &sid, &table_obj,
                           &filled_obj, &PyDict_Type, &ids, &PyList_Type, &others))
         return NULL;
-    Py_buffer bufs[2];
-    int held = 0, got = -1;
-    for (; held < 2; held++) {
-        PyObject *obj = held == 0 ? table_obj : filled_obj;
-        if (PyObject_GetBuffer(obj, &bufs[held], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
-            goto done;
-    }
-    if (bufs[0].itemsize != 4 || bufs[1].itemsize != 1) {
-        PyErr_SetString(PyExc_TypeError, "fill_row: int32 table, bool flags");
-        goto done;
-    }
-    Py_ssize_t table_rows = bufs[0].len / (4 * 256);
-    if (bufs[1].len < table_rows) {
-        PyErr_SetString(PyExc_IndexError, "fill_row: flags shorter than the table");
-        goto done;
-    }
-    got = fill_row_raw(c, stacks, sid, bufs[0].buf, table_rows, bufs[1].buf, ids, others);
-done:
-    for (int i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
+    TableBufs t;
+    if (hold_table(table_obj, filled_obj, NULL, &t, "fill_row") < 0) return NULL;
+    int got = fill_row_raw(c, stacks, sid, t.b[0].buf, t.rows, t.b[1].buf, ids, others);
+    release_table(&t);
     if (got < 0) return NULL;
     Py_RETURN_NONE;
 }

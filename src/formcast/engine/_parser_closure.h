@@ -305,28 +305,11 @@ static PyObject *core_fill_state(Core *c, PyObject *args) {
                           &k.closure_memo, &PyDict_Type, &k.top_memo, &k.max_depth,
                           &k.max_stacks, &k.memo_limit))
         return NULL;
-    Py_buffer bufs[3];
-    int held = 0, got = -1;
-    PyObject *objs[3] = {table_obj, filled_obj, finishes_obj};
-    Py_ssize_t itemsizes[3] = {4, 1, 1};
-    for (; held < 3; held++) {
-        if (PyObject_GetBuffer(objs[held], &bufs[held], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
-            goto done;
-        if (bufs[held].itemsize != itemsizes[held]) {
-            held++;
-            PyErr_SetString(PyExc_TypeError, "fill_state: int32 table, bool flags");
-            goto done;
-        }
-    }
-    Py_ssize_t rows = bufs[0].len / (4 * 256);
-    if (bufs[1].len < rows || bufs[2].len < rows) {
-        PyErr_SetString(PyExc_IndexError, "fill_state: flags shorter than the table");
-        goto done;
-    }
-    got = fill_state_raw(c, &k, sid, state, bufs[0].buf, rows, bufs[1].buf, bufs[2].buf, ids,
-                         others);
-done:
-    for (int i = 0; i < held; i++) PyBuffer_Release(&bufs[i]);
+    TableBufs t;
+    if (hold_table(table_obj, filled_obj, finishes_obj, &t, "fill_state") < 0) return NULL;
+    int got = fill_state_raw(c, &k, sid, state, t.b[0].buf, t.rows, t.b[1].buf, t.b[2].buf, ids,
+                             others);
+    release_table(&t);
     if (got < 0) return NULL;
     return PyLong_FromLong(got);
 }
