@@ -389,24 +389,23 @@ static int32_t intern(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n) {
     }
     if (c->n_states == c->st_cap) {
         Py_ssize_t cap = c->st_cap * 2;
-        int32_t *rule_ = realloc(c->st_rule, sizeof(int32_t) * (size_t)cap);
-        if (rule_) c->st_rule = rule_;
-        Py_ssize_t *off = realloc(c->st_off, sizeof(Py_ssize_t) * (size_t)cap);
-        if (off) c->st_off = off;
-        Py_ssize_t *len = realloc(c->st_len, sizeof(Py_ssize_t) * (size_t)cap);
-        if (len) c->st_len = len;
-        uint64_t *hash = realloc(c->st_hash, sizeof(uint64_t) * (size_t)cap);
-        if (hash) c->st_hash = hash;
-        Py_ssize_t *seg_off = realloc(c->seg_off, sizeof(Py_ssize_t) * (size_t)cap);
-        if (seg_off) c->seg_off = seg_off;
-        Py_ssize_t *tgt_off = realloc(c->tgt_off, sizeof(Py_ssize_t) * (size_t)cap);
-        if (tgt_off) c->tgt_off = tgt_off;
-        int32_t *seg_n = realloc(c->seg_n, sizeof(int32_t) * (size_t)cap);
-        if (seg_n) c->seg_n = seg_n;
-        int32_t *tgt_n = realloc(c->tgt_n, sizeof(int32_t) * (size_t)cap);
-        if (tgt_n) c->tgt_n = tgt_n;
-        if (!rule_ || !off || !len || !hash || !seg_off || !tgt_off || !seg_n || !tgt_n)
-            return PyErr_NoMemory(), -1;
+        /* Each per-state array grows in turn; one that fails leaves the others larger, and
+         * st_cap unchanged, which is consistent. */
+#define GROW(field)                                                             \
+    do {                                                                        \
+        void *more = realloc(c->field, sizeof(*c->field) * (size_t)cap);       \
+        if (!more) return PyErr_NoMemory(), -1;                                 \
+        c->field = more;                                                        \
+    } while (0)
+        GROW(st_rule);
+        GROW(st_off);
+        GROW(st_len);
+        GROW(st_hash);
+        GROW(seg_off);
+        GROW(tgt_off);
+        GROW(seg_n);
+        GROW(tgt_n);
+#undef GROW
         c->st_cap = cap;
     }
     if (c->pool_n + n > c->pool_cap) {
