@@ -136,9 +136,16 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
             return StateVerdict(allowed, np.frombuffer(got[1], dtype=np.int64), got[2])
         # Else some state needs Python first (the table must grow): the general path below,
         # from scratch (a walk only fills rows, so starting again is exact).
-    chain, outside = _native_slice_chain(dense, base, trie.max_len)
-    if only_rows is None:
+    if only_rows is None or not only_rows.size:
         only_rows = _EMPTY_INT64
+        horizon = trie.max_len
+    else:
+        # The walk goes only where these tokens are: a chain longer than the longest of them
+        # vouches for nothing more, and building it can cost milliseconds (a full walk at
+        # the start of a ``maxLength: 500`` string inside a rule that is called: one
+        # several-frame state per position, up to the vocabulary's longest token).
+        horizon = int(trie.lens[only_rows].max())
+    chain, outside = _native_slice_chain(dense, base, horizon)
     allowed = np.zeros(table.packed_bytes, dtype=np.uint8)
     needs: list[bytes] = []
     pending = np.array([0, base, 0], dtype=np.int64)
