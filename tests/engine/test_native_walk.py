@@ -258,3 +258,53 @@ def test_a_mask_inside_a_long_string_of_a_called_rule_builds_few_states(smollm2_
     closing = [t for t, b in enumerate(smollm2_vocab.token_bytes[:smollm2_vocab.size])
                if b in (b'"', b'"]', b'a"]')]
     assert closing and all(mask[t] for t in closing)
+
+
+def _poisoned_mapping(monkeypatch) -> object:
+    """A pool holding one released parser-state table whose first rows all point to state 2,
+    a real state: a row read before it is written would send a walk somewhere wrong."""
+    import mmap
+
+    from formcast.engine import arrays
+
+    pool = arrays._MappingPool(keep=2)
+    monkeypatch.setattr(arrays, "_recycled", pool)
+    nbytes = (1 << 16) * 256 * 4  # DenseStates' default capacity
+    buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    np.frombuffer(buffer, dtype=np.int32, count=4096 * 256)[:] = 2
+    pool.give(buffer)
+    return buffer
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("pure_python", [False, True], ids=["c-walk", "numpy-walk"])
+@pytest.mark.parametrize("name", ["json.gbnf", "any_of.schema.json", "c_like.gbnf"])
+def test_a_recycled_table_gives_the_same_masks(smollm2_vocab, smollm2_tokenize, monkeypatch,
+                                               name, pure_python):
+    """A new parser-state table reuses the memory of a released one, rows and all (its pages
+    are then committed already): every row is written before it is read, so the masks are
+    those of a table fresh from the OS."""
+    if pure_python:
+        monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
+    path = next(p for p in GRAMMAR_PATHS if p.name == name)
+    samples = path.with_name(path.name.split(".")[0] + ".samples.txt").read_text()
+    lines = [line for line in samples.splitlines() if not line.startswith("%% ")]
+    tokens = smollm2_tokenize("\n".join(lines).split("\n%%\n")[0].strip("\n"))[:60]
+    compiled = Matcher(load_grammar(path), smollm2_vocab).compiled
+
+    def masks() -> list[np.ndarray]:
+        compiled.masks = MaskCache(compiled.automaton, compiled.parser, compiled.table)
+        m = Matcher(compiled)
+        out = []
+        for token in tokens:
+            out.append(m.next_token_mask().copy())
+            assert m.accept_token(token)
+        return out
+
+    fresh = masks()
+    buffer = _poisoned_mapping(monkeypatch)
+    recycled = masks()
+    # it did take the released rows
+    assert np.shares_memory(compiled.masks.dense.table, np.frombuffer(buffer, dtype=np.uint8))
+    for step, (want, got) in enumerate(zip(fresh, recycled, strict=True)):
+        assert np.array_equal(want, got), step

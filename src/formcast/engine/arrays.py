@@ -8,6 +8,8 @@ once and copying the old rows is a few ms at most.
 from __future__ import annotations
 
 import mmap
+import threading
+import weakref
 
 import numpy as np
 
@@ -22,14 +24,54 @@ def grown_rows(array: np.ndarray, fill, at_least: int = 0) -> np.ndarray:
     return out
 
 
-def reserved_rows(rows: int, width: int, dtype: type = np.int32) -> np.ndarray:
-    """A ``rows x width`` array of zeros whose memory is committed page by page as rows are
-    written: an anonymous mapping, so a large capacity costs address space only. (numpy's own
+def reserved_rows(rows: int, width: int, dtype: type = np.int32,
+                  owner: object | None = None) -> np.ndarray:
+    """A ``rows x width`` array whose memory is committed page by page as rows are written:
+    an anonymous private mapping, so a large capacity costs address space only. (numpy's own
     allocation of a large array asks for transparent huge pages, and the first write then
-    clears 2 MB at once: about 100 us inside the first mask of a small grammar.)"""
+    clears 2 MB at once: about 100 us inside the first mask of a small grammar.)
+
+    With an ``owner``, the mapping goes back to a small pool when the owner is collected, and
+    a later table of the same size reuses it: its rows then hold what the last owner wrote,
+    so only an owner that writes every row before reading it may pass itself (the parser
+    states' table: its ``filled`` flags guard every read). Committing a page costs ~1-2 us
+    here, and a schema's first pass writes a page for every two DFA states (~2 ms for 3,000
+    states); a process compiling its next grammar pays that only for rows past the last
+    one's high-water mark."""
     itemsize = np.dtype(dtype).itemsize
-    buffer = mmap.mmap(-1, max(rows * width * itemsize, 1))
+    nbytes = max(rows * width * itemsize, 1)
+    buffer = _recycled.take(nbytes) if owner is not None else None
+    if buffer is None:
+        buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if owner is not None:
+        weakref.finalize(owner, _recycled.give, buffer)
     return np.frombuffer(buffer, dtype=dtype, count=rows * width).reshape(rows, width)
+
+
+class _MappingPool:
+    """Released mappings, at most ``keep`` of them, handed out again by size."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._free: list[mmap.mmap] = []
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> mmap.mmap | None:
+        with self._lock:
+            for i, buffer in enumerate(self._free):
+                if len(buffer) == nbytes:
+                    return self._free.pop(i)
+        return None
+
+    def give(self, buffer: mmap.mmap) -> None:
+        with self._lock:
+            if len(self._free) < self.keep:
+                self._free.append(buffer)
+
+
+# Two: a process alternating between two grammars (or a table and the one replacing it)
+# keeps both warm; more would hold committed memory nobody may ask for again.
+_recycled = _MappingPool(keep=2)
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:

@@ -212,7 +212,7 @@ class DenseStates:
         # Reserved, not allocated: the OS commits the table's pages as rows are written, so a
         # large capacity costs address space, not memory or time. Growing it instead copies
         # megabytes inside one cold mask (1.5-3 ms each time in a JSON schema's first pass).
-        self.table = reserved_rows(capacity, 256)
+        self.table = reserved_rows(capacity, 256, owner=self)
         self.finishes = np.zeros(capacity, dtype=bool)
         self.filled = np.zeros(capacity, dtype=bool)
         # What the C determiniser needs to build any state's row (Core.fill_state, and the C
@@ -258,7 +258,7 @@ class DenseStates:
         if need <= n:
             return
         size = max(2 * n, need)
-        table = reserved_rows(size, 256)
+        table = reserved_rows(size, 256, owner=self)
         filled = np.flatnonzero(self.filled[:n])
         table[filled] = self.table[filled]  # only rows in use: the rest stays uncommitted
         self.table = table
