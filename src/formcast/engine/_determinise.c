@@ -261,7 +261,12 @@ static int closure_of(Core *c, int32_t s, IntSet *out) {
             for (Py_ssize_t i = 0; i < n; i++) {
                 int32_t y;
                 int alive;
-                if (as_int32(items[i], &y) < 0 || is_live(c, y, &alive) < 0) {
+                if (as_int32(items[i], &y) < 0) {
+                    Py_DECREF(more);
+                    goto fail;
+                }
+                if (part == 0) y += x; /* epsilon edges are relative, successors not */
+                if (is_live(c, y, &alive) < 0) {
                     Py_DECREF(more);
                     goto fail;
                 }
@@ -562,8 +567,10 @@ static int gather_edges(Core *c, const int32_t *v, Py_ssize_t n, Edge **out, Py_
             int alive;
             if (as_int32(PyTuple_GET_ITEM(e, 0), &edge.lo) < 0 ||
                 as_int32(PyTuple_GET_ITEM(e, 1), &edge.hi) < 0 ||
-                as_int32(PyTuple_GET_ITEM(e, 2), &edge.t) < 0 || is_live(c, edge.t, &alive) < 0)
+                as_int32(PyTuple_GET_ITEM(e, 2), &edge.t) < 0)
                 goto fail;
+            edge.t += v[i]; /* relative to its source */
+            if (is_live(c, edge.t, &alive) < 0) goto fail;
             if (!alive) continue;
             if (edge.lo < 0 || edge.hi > 255 || edge.lo > edge.hi) {
                 PyErr_SetString(PyExc_ValueError, "determinise: byte edge outside 0..255");
@@ -689,8 +696,9 @@ static PyObject *build_calls(Core *c, int32_t rule, const int32_t *v, Py_ssize_t
             }
             int32_t t, called;
             int alive;
-            if (as_int32(PyTuple_GET_ITEM(e, 1), &t) < 0 || is_live(c, t, &alive) < 0)
-                goto done;
+            if (as_int32(PyTuple_GET_ITEM(e, 1), &t) < 0) goto done;
+            t += v[i]; /* relative to its source */
+            if (is_live(c, t, &alive) < 0) goto done;
             if (!alive) continue;
             PyObject *ri = PyDict_GetItemWithError(c->call_rule, PyTuple_GET_ITEM(e, 0));
             if (!ri) {
@@ -1269,58 +1277,44 @@ static PyObject *core_n_states(Core *c, void *closure) {
     return PyLong_FromSsize_t(c->n_states);
 }
 
-/* Append to outs[k] (the NFA's eps, byte_edges and call_edges lists) a shifted copy of one
- * state's three edge lists (or tuples) srcs[k]: every target plus delta. */
-static int paste_state(PyObject *outs[3], PyObject *srcs[3], long delta) {
-    PyObject *parts[3] = {NULL, NULL, NULL};
+/* Append to outs[k] (the NFA's eps, byte_edges and call_edges lists) fresh lists holding the
+ * items of srcs[k] (a copy's first state or exit, which the builder may extend); the exit's
+ * epsilon edges are left out (no_eps). */
+static int paste_fresh(PyObject *outs[3], PyObject *srcs[3], int no_eps) {
     for (int k = 0; k < 3; k++) {
         Py_ssize_t m;
         PyObject **src;
-        if (items_of(srcs[k], &src, &m, "pasted edges") < 0) goto fail;
-        PyObject *list = parts[k] = PyList_New(m);
-        if (!list) goto fail;
+        if (items_of(srcs[k], &src, &m, "pasted edges") < 0) return -1;
+        if (k == 0 && no_eps) m = 0;
+        PyObject *list = PyList_New(m);
+        if (!list) return -1;
         for (Py_ssize_t j = 0; j < m; j++) {
-            PyObject *x = src[j], *out;
-            if (k == 0) {
-                long t = PyLong_AsLong(x);
-                if (t == -1 && PyErr_Occurred()) goto fail;
-                out = PyLong_FromLong(t + delta);
-            } else {
-                Py_ssize_t width = k == 1 ? 3 : 2;
-                if (!PyTuple_Check(x) || PyTuple_GET_SIZE(x) != width) {
-                    PyErr_SetString(PyExc_TypeError, "paste: malformed edge");
-                    goto fail;
-                }
-                long t = PyLong_AsLong(PyTuple_GET_ITEM(x, width - 1));
-                if (t == -1 && PyErr_Occurred()) goto fail;
-                out = PyTuple_New(width);
-                PyObject *target = out ? PyLong_FromLong(t + delta) : NULL;
-                if (!target) {
-                    Py_XDECREF(out);
-                    goto fail;
-                }
-                for (Py_ssize_t f = 0; f + 1 < width; f++) {
-                    PyObject *field = PyTuple_GET_ITEM(x, f);
-                    Py_INCREF(field);
-                    PyTuple_SET_ITEM(out, f, field);
-                }
-                PyTuple_SET_ITEM(out, width - 1, target);
-                untrack_acyclic(out); /* ints, and a rule name: never in a cycle */
-            }
-            if (!out) goto fail;
-            PyList_SET_ITEM(list, j, out);
+            Py_INCREF(src[j]);
+            PyList_SET_ITEM(list, j, src[j]);
         }
-    }
-    for (int k = 0; k < 3; k++) {
-        untrack_acyclic(parts[k]);
-        int bad = PyList_Append(outs[k], parts[k]);
-        Py_CLEAR(parts[k]);
-        if (bad < 0) goto fail;
+        untrack_acyclic(list);
+        int bad = PyList_Append(outs[k], list);
+        Py_DECREF(list);
+        if (bad < 0) return -1;
     }
     return 0;
-fail:
-    for (int k = 0; k < 3; k++) Py_XDECREF(parts[k]);
-    return -1;
+}
+
+/* A tuple with the items of an edge container (itself when it is one already), untracked:
+ * the container copies share, which nothing may change any more. New reference. */
+static PyObject *frozen(PyObject *container) {
+    PyObject *out;
+    if (PyTuple_CheckExact(container)) {
+        Py_INCREF(container);
+        out = container;
+    } else if (PyList_CheckExact(container)) {
+        out = PyList_AsTuple(container);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "paste: edges are lists or tuples");
+        return NULL;
+    }
+    untrack_acyclic(out);
+    return out;
 }
 
 /* Drop the NFA's last state (a copy's entry, allocated by the caller): the copy's first
@@ -1339,15 +1333,17 @@ static int drop_entry(PyObject *eps, PyObject *byte_edges, PyObject *call_edges)
     return 0;
 }
 
-/* paste(eps, byte_edges, call_edges, edges, delta): append shifted copies of snapshotted NFA
- * states, every edge target plus delta, replacing the last state (the copy's entry, allocated
- * by the caller). `edges` holds one (eps, byte edges, call edges) tuple of lists a state. */
+/* paste(eps, byte_edges, call_edges, edges, exit_offset): append a copy of snapshotted NFA
+ * states, replacing the last state (the copy's entry, allocated by the caller). `edges` holds
+ * one (eps, byte edges, call edges) triple of frozen containers a state; edges are relative,
+ * so the copy shares them, except at its first state and its exit (edges[exit_offset]),
+ * which get lists of their own, the exit's without epsilon edges. */
 static PyObject *paste(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *eps, *byte_edges, *call_edges, *edges;
-    long delta;
+    long exit_offset;
     if (!PyArg_ParseTuple(args, "O!O!O!O!l", &PyList_Type, &eps, &PyList_Type, &byte_edges,
-                          &PyList_Type, &call_edges, &PyList_Type, &edges, &delta))
+                          &PyList_Type, &call_edges, &PyList_Type, &edges, &exit_offset))
         return NULL;
     if (drop_entry(eps, byte_edges, call_edges) < 0) return NULL;
     PyObject *outs[3] = {eps, byte_edges, call_edges};
@@ -1359,21 +1355,26 @@ static PyObject *paste(PyObject *self, PyObject *args) {
         }
         PyObject *srcs[3] = {PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1),
                              PyTuple_GET_ITEM(item, 2)};
-        if (paste_state(outs, srcs, delta) < 0) return NULL;
+        if (i == 0 || i == exit_offset) {
+            if (paste_fresh(outs, srcs, i == exit_offset) < 0) return NULL;
+            continue;
+        }
+        for (int k = 0; k < 3; k++)
+            if (PyList_Append(outs[k], srcs[k]) < 0) return NULL;
     }
     Py_RETURN_NONE;
 }
 
-/* paste_range(eps, byte_edges, call_edges, first, stop, exit, delta): paste's copy of the
- * NFA's own states [first, stop), read in place instead of from a snapshot, the epsilon
- * edges of ``exit`` left out (they lead out of the fragment, to where its first use goes
- * on). The states read all lie before the copy, so appending never moves them. */
+/* paste_range(eps, byte_edges, call_edges, first, stop, exit): paste's copy of the NFA's own
+ * states [first, stop), read in place instead of from a snapshot: the containers of every
+ * state but the first and the exit are frozen to tuples where they are, and shared. The
+ * states read all lie before the copy, so appending never moves them. */
 static PyObject *paste_range(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *eps, *byte_edges, *call_edges;
-    long first, stop, exit_, delta;
-    if (!PyArg_ParseTuple(args, "O!O!O!llll", &PyList_Type, &eps, &PyList_Type, &byte_edges,
-                          &PyList_Type, &call_edges, &first, &stop, &exit_, &delta))
+    long first, stop, exit_;
+    if (!PyArg_ParseTuple(args, "O!O!O!lll", &PyList_Type, &eps, &PyList_Type, &byte_edges,
+                          &PyList_Type, &call_edges, &first, &stop, &exit_))
         return NULL;
     if (drop_entry(eps, byte_edges, call_edges) < 0) return NULL;
     if (first < 0 || stop < first || stop > PyList_GET_SIZE(eps)) {
@@ -1381,35 +1382,46 @@ static PyObject *paste_range(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *outs[3] = {eps, byte_edges, call_edges};
-    PyObject *none = PyList_New(0);
-    if (!none) return NULL;
     for (long x = first; x < stop; x++) {
-        PyObject *srcs[3] = {x == exit_ ? none : PyList_GET_ITEM(eps, x),
-                             PyList_GET_ITEM(byte_edges, x), PyList_GET_ITEM(call_edges, x)};
-        if (paste_state(outs, srcs, delta) < 0) {
-            Py_DECREF(none);
-            return NULL;
+        if (x == first || x == exit_) {
+            PyObject *srcs[3] = {PyList_GET_ITEM(eps, x), PyList_GET_ITEM(byte_edges, x),
+                                 PyList_GET_ITEM(call_edges, x)};
+            if (paste_fresh(outs, srcs, x == exit_) < 0) return NULL;
+            continue;
+        }
+        for (int k = 0; k < 3; k++) {
+            PyObject *shared = frozen(PyList_GET_ITEM(outs[k], x));
+            if (!shared) return NULL;
+            /* SetItem steals one reference (the slot's), Append takes its own. */
+            Py_INCREF(shared);
+            if (PyList_SetItem(outs[k], x, shared) < 0 || PyList_Append(outs[k], shared) < 0) {
+                Py_DECREF(shared);
+                return NULL;
+            }
+            Py_DECREF(shared);
         }
     }
-    Py_DECREF(none);
     Py_RETURN_NONE;
 }
 
-/* untrack_acyclic a list and the tuples it holds (an NFA state's edges). */
-static void untrack_edges(PyObject *list) {
-    untrack_acyclic(list);
-    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(list); j++) {
-        PyObject *edge = PyList_GET_ITEM(list, j);
-        if (PyTuple_CheckExact(edge)) untrack_acyclic(edge);
-    }
+/* untrack_acyclic a container, and the lists and tuples it holds down to `depth` levels (an
+ * NFA state's edges: a list or tuple of edge tuples; a snapshot: a triple of those). */
+static void untrack_deep(PyObject *obj, int depth) {
+    if (!PyList_CheckExact(obj) && !PyTuple_CheckExact(obj)) return;
+    untrack_acyclic(obj);
+    if (depth == 0) return;
+    Py_ssize_t n;
+    PyObject **items;
+    if (items_of(obj, &items, &n, "edges") < 0) return;
+    for (Py_ssize_t j = 0; j < n; j++) untrack_deep(items[j], depth - 1);
 }
 
 /* untrack(lists...): untrack_acyclic every list or tuple held by each argument, a list (the
- * NFA's per-state edge lists, built in Python), with the edge tuples in them, and the lists
- * inside each tuple (a repetition's snapshot of them). The caller vouches that none of them
- * holds a container that could lead back to it. Edge tuples hold ints (and a rule name);
- * left tracked, the first collection after a compile walks every one of them (tens of
- * thousands in a schema's NFA). */
+ * NFA's per-state edge containers, built in Python), with the edge tuples in them, and the
+ * containers inside each snapshot triple (a repetition's). The caller vouches that none of
+ * them holds a container that could lead back to it. Edge tuples hold ints (and a rule
+ * name); left tracked, the first collection after a compile walks every one of them (tens
+ * of thousands in a schema's NFA). */
 static PyObject *untrack(PyObject *self, PyObject *args) {
     (void)self;
     for (Py_ssize_t a = 0; a < PyTuple_GET_SIZE(args); a++) {
@@ -1418,18 +1430,8 @@ static PyObject *untrack(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_TypeError, "untrack: arguments are lists");
             return NULL;
         }
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(outer); i++) {
-            PyObject *item = PyList_GET_ITEM(outer, i);
-            if (PyTuple_CheckExact(item)) { /* a snapshot's (eps, byte edges, calls) */
-                for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(item); k++) {
-                    PyObject *part = PyTuple_GET_ITEM(item, k);
-                    if (PyList_CheckExact(part)) untrack_edges(part);
-                }
-                untrack_acyclic(item);
-            } else if (PyList_CheckExact(item)) {
-                untrack_edges(item);
-            }
-        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(outer); i++)
+            untrack_deep(PyList_GET_ITEM(outer, i), 2);
     }
     Py_RETURN_NONE;
 }
@@ -1438,9 +1440,10 @@ static PyMethodDef module_methods[] = {
     {"untrack", untrack, METH_VARARGS,
      "untrack(lists...): take the lists or tuples each list holds out of the cyclic collector"},
     {"paste", paste, METH_VARARGS,
-     "paste(eps, byte_edges, call_edges, edges, delta): append shifted copies of NFA states"},
+     "paste(eps, byte_edges, call_edges, edges, exit_offset): append a copy of NFA states, "
+     "sharing their (relative) edge containers"},
     {"paste_range", paste_range, METH_VARARGS,
-     "paste_range(eps, byte_edges, call_edges, first, stop, exit, delta): paste the NFA's own "
+     "paste_range(eps, byte_edges, call_edges, first, stop, exit): paste the NFA's own "
      "states [first, stop), without the epsilon edges of exit"},
     {NULL, NULL, 0, NULL}};
 

@@ -133,7 +133,7 @@ class PyDeterminiser:
         rule, states = self._sets[q]
         end = self._ends[rule]
         byte_edges = nfa.byte_edges
-        edges = [edge for x in states for edge in byte_edges[x] if live[edge[2]]]
+        edges = [(lo, hi, x + d) for x in states for lo, hi, d in byte_edges[x] if live[x + d]]
         row = [-1] * 256
         targets: list[int] = []
         segments: list[tuple[int, int, int]] = []
@@ -184,7 +184,8 @@ class PyDeterminiser:
         call_map: dict[int, set[int]] = {}
         # Sorted: closures may paste repetition copies, which number NFA states in order.
         for x in sorted(states):
-            for name, t in nfa.call_edges[x]:
+            for name, d in nfa.call_edges[x]:
+                t = x + d
                 called = self._call_rule.get(name)
                 if called is not None and live[t]:
                     call_map.setdefault(called, set()).update(self._closure(t))
@@ -215,10 +216,10 @@ class PyDeterminiser:
         stack = [s]
         while stack:
             x = stack.pop()
-            following = nfa.eps[x]
+            following = [x + d for d in nfa.eps[x]]
             if x in lazy:
                 record, done = lazy[x]
-                following = following + record.successors(done)
+                following += record.successors(done)
             for y in following:
                 if live[y] and y not in seen:
                     known = memo.get(y)

@@ -54,15 +54,16 @@ def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[st
             x = work.pop()
             if x in ends:
                 ended.add(ends[x])
-            following = list(nfa.eps[x])
+            following = [x + d for d in nfa.eps[x]]
             lazy = nfa.lazy_exits.get(x)
             if lazy is not None:  # any copy starts like the first; or the repetition ends
                 record = lazy[0]
                 following += [record.first, record.end]
-            for lo, hi, t in nfa.byte_edges[x]:
-                if live[t]:
+            for lo, hi, d in nfa.byte_edges[x]:
+                if live[x + d]:
                     out |= (2 << hi) - (1 << lo)
-            for name, t in nfa.call_edges[x]:
+            for name, d in nfa.call_edges[x]:
+                t = x + d
                 r = index.get(name)
                 if r is None or not live[t] or not live[starts[r]]:
                     continue
@@ -99,7 +100,8 @@ def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[st
     for x in compress(range(len(call_edges)), call_edges):
         if not live[x]:
             continue
-        for name, t in call_edges[x]:
+        for name, d in call_edges[x]:
+            t = x + d
             r = index.get(name)
             if r is None or not live[t]:
                 continue

@@ -8,6 +8,11 @@ fragment, a repeated item from its first copy, and large bounded repetitions (``
 400``) copy their item lazily, when the DFA construction first steps past a copy's exit. A
 bounded repetition of one byte class (JSON's ``[ \t]{0,20}`` indentation) is a plain chain.
 
+Edges are relative: an edge of state ``x`` to state ``y`` is stored as ``y - x``. A copy of a
+fragment then has the same edges as the fragment, so pasting one shares the fragment's edge
+containers (frozen to tuples the first time they are shared) instead of building new ones;
+only a copy's first state and its exit, which the builder may extend, get lists of their own.
+
 States that cannot reach their rule's end are marked dead (``live``), so determinisation never
 enters them: that is what makes "a walk under the mask never reaches a dead end" true.
 """
@@ -55,7 +60,10 @@ MAX_NFA_STATES = 2_000_000
 
 @dataclass
 class NFA:
-    """Thompson NFA under construction: epsilon, byte-range and call edges per state."""
+    """Thompson NFA under construction: epsilon, byte-range and call edges per state, each
+    target stored relative to its source (``eps[x]`` holds ``y - x``; byte edges are ``(lo,
+    hi, y - x)``, call edges ``(rule name, y - x)``). Edge containers are lists, or tuples
+    once a copy shares them (see ``_paste_edges``)."""
 
     eps: list[list[int]] = field(default_factory=list)
     byte_edges: list[list[tuple[int, int, int]]] = field(default_factory=list)
@@ -93,24 +101,48 @@ def _too_large() -> GrammarError:
     )
 
 
-def _paste_edges(nfa: NFA, edges: list, entry: int, delta: int) -> None:
-    """Append copies of snapshotted states (``entry`` is the first, already allocated and the
-    last state so far), shifting every edge target by ``delta``. Built list by list, not
-    state by state: fragment copies are most of a schema's NFA."""
+def _paste_edges(nfa: NFA, edges: list, entry: int, exit_offset: int) -> None:
+    """Append a copy of snapshotted states (``entry`` is the first, already allocated and the
+    last state so far; ``exit_offset`` is the exit's place in the snapshot). Edges are
+    relative, so the copy shares the snapshot's (frozen) containers; its first state and its
+    exit get lists of their own (the builder may extend those), the exit without epsilon
+    edges (they lead on to where the fragment's first use went)."""
     if entry != len(nfa.eps) - 1:
         raise AssertionError("a fragment is pasted right after its entry state")
     if len(nfa.eps) + len(edges) > MAX_NFA_STATES:
         raise _too_large()
     if _determinise is not None and nfa.native_paste:
-        _determinise.paste(nfa.eps, nfa.byte_edges, nfa.call_edges, edges, delta)
+        _determinise.paste(nfa.eps, nfa.byte_edges, nfa.call_edges, edges, exit_offset)
         return
     del nfa.eps[entry], nfa.byte_edges[entry], nfa.call_edges[entry]
-    shift = delta.__add__
-    nfa.eps.extend([list(map(shift, eps)) for eps, _, _ in edges])
-    nfa.byte_edges.extend([[(lo, hi, t + delta) for lo, hi, t in byte_edges] if byte_edges
-                           else [] for _, byte_edges, _ in edges])
-    nfa.call_edges.extend([[(name, t + delta) for name, t in call_edges] if call_edges
-                           else [] for _, _, call_edges in edges])
+    for i, (eps, byte_edges, call_edges) in enumerate(edges):
+        if i == 0 or i == exit_offset:
+            nfa.eps.append([] if i == exit_offset else list(eps))
+            nfa.byte_edges.append(list(byte_edges))
+            nfa.call_edges.append(list(call_edges))
+        else:
+            nfa.eps.append(eps)
+            nfa.byte_edges.append(byte_edges)
+            nfa.call_edges.append(call_edges)
+
+
+def _frozen_range(nfa: NFA, first: int, stop: int, exit_: int) -> list[tuple]:
+    """The states ``[first, stop)`` as ``(eps, byte edges, call edges)`` snapshots, freezing
+    the containers of every state but the first and the exit to tuples in place (copies share
+    them; a change to a shared container would change every copy, so none is allowed). The
+    first state's and the exit's are copied: the builder may still extend those."""
+    out = []
+    for x in range(first, stop):
+        parts = (nfa.eps[x], nfa.byte_edges[x], nfa.call_edges[x])
+        if x == exit_:
+            out.append(((), tuple(parts[1]), tuple(parts[2])))
+        elif x == first:
+            out.append((tuple(parts[0]), tuple(parts[1]), tuple(parts[2])))
+        else:
+            frozen = tuple(p if type(p) is tuple else tuple(p) for p in parts)
+            nfa.eps[x], nfa.byte_edges[x], nfa.call_edges[x] = frozen
+            out.append(frozen)
+    return out
 
 
 class LazyRepeat:
@@ -125,15 +157,13 @@ class LazyRepeat:
 
     def __init__(self, nfa: NFA, first: int, exit_: int, edges: list, copies: int,
                  minimum: int, end: int, inner: list[tuple[LazyRepeat, int]],
-                 template: LazyRepeat | None = None, edge_base: int | None = None) -> None:
+                 template: LazyRepeat | None = None) -> None:
         self.nfa = nfa
         self.first = first
         self.exit_offset = exit_ - first
-        # Snapshot of the first copy's edges, absolute ids of the repetition they were taken
-        # from, whose first state is ``edge_base``: a shifted clone shares its template's
-        # snapshot instead of copying every edge (``shifted``), and pastes with the offset.
+        # Snapshot of the first copy's edges (relative, so the same for every copy): a shifted
+        # clone shares its template's (``shifted``), and every copy shares its containers.
         self.edges = edges
-        self.edge_base = first if edge_base is None else edge_base
         self.copies = copies
         self.minimum = minimum
         self.end = end
@@ -165,7 +195,8 @@ class LazyRepeat:
             x = work.pop()
             if x == exit_:
                 return True
-            for y in self.edges[x - self.first][0]:
+            for d in self.edges[x - self.first][0]:
+                y = x + d
                 if y not in seen and self.first <= y < self.first + len(self.edges):
                     seen.add(y)
                     work.append(y)
@@ -186,8 +217,8 @@ class LazyRepeat:
             if cost > best.get(x, cost):
                 continue
             eps, byte_edges, call_edges = self.edges[x - first]
-            steps = [(y, 0) for y in eps] + [(t, 1) for _, _, t in byte_edges]
-            steps += [(t, 0) for _, t in call_edges]
+            steps = [(x + d, 0) for d in eps] + [(x + d, 1) for _, _, d in byte_edges]
+            steps += [(x + d, 0) for _, d in call_edges]
             record = inner_exits.get(x)
             if record is not None:  # past the inner repetition's first copy
                 more = max(record.minimum, 1) - 1
@@ -224,7 +255,7 @@ class LazyRepeat:
         nfa = self.nfa
         entry = nfa.new_state()
         delta = entry - self.first
-        _paste_edges(nfa, self.edges, entry, entry - self.edge_base)
+        _paste_edges(nfa, self.edges, entry, self.exit_offset)
         self._register(entry, index)
         for record, offset in self.inner:
             clone = record.shifted(delta)
@@ -244,7 +275,7 @@ class LazyRepeat:
         clone = LazyRepeat(self.nfa, self.first + delta, self.first + self.exit_offset + delta,
                            self.edges, self.copies, self.minimum, self.end + delta,
                            [(r.shifted(delta), off) for r, off in self.inner],
-                           template=self.template, edge_base=self.edge_base)
+                           template=self.template)
         clone.live = self.live
         clone.live_list = self.live_list
         return clone
@@ -387,14 +418,14 @@ class _Builder:
             cur = start
             for i, byte in enumerate(e.data):
                 nxt = end if i == len(e.data) - 1 else nfa.new_state()
-                nfa.byte_edges[cur].append((byte, byte, nxt))
+                nfa.byte_edges[cur].append((byte, byte, nxt - cur))
                 cur = nxt
             if not e.data:
-                nfa.eps[start].append(end)
+                nfa.eps[start].append(end - start)
         elif isinstance(e, ByteSet):
             self.may_die |= not e.ranges
             for lo, hi in e.ranges:
-                nfa.byte_edges[start].append((lo, hi, end))
+                nfa.byte_edges[start].append((lo, hi, end - start))
         elif isinstance(e, CharSet):
             paths = self._utf8_paths(e)
             self.may_die |= not paths
@@ -407,18 +438,18 @@ class _Builder:
                 for i, (blo, bhi) in enumerate(byte_ranges):
                     rest = tuple(byte_ranges[i + 1:])
                     if not rest:
-                        nfa.byte_edges[cur].append((blo, bhi, end))
+                        nfa.byte_edges[cur].append((blo, bhi, end - cur))
                         break
                     nxt = tails.get(rest)
                     if nxt is not None:  # the rest of this path is built already
-                        nfa.byte_edges[cur].append((blo, bhi, nxt))
+                        nfa.byte_edges[cur].append((blo, bhi, nxt - cur))
                         break
                     nxt = tails[rest] = nfa.new_state()
-                    nfa.byte_edges[cur].append((blo, bhi, nxt))
+                    nfa.byte_edges[cur].append((blo, bhi, nxt - cur))
                     cur = nxt
         elif isinstance(e, Seq):
             if not e.items:
-                nfa.eps[start].append(end)
+                nfa.eps[start].append(end - start)
                 return
             cur = start
             for i, item in enumerate(e.items):
@@ -434,7 +465,7 @@ class _Builder:
                 if len(literals) > 1 and isinstance(item, Literal):
                     continue
                 s = nfa.new_state()
-                nfa.eps[start].append(s)
+                nfa.eps[start].append(s - start)
                 self._build(item, s, end, path)
         elif isinstance(e, Repeat):
             self._build_repeat(e, start, end, path)
@@ -458,10 +489,10 @@ class _Builder:
                 nxt = kids.get(byte)
                 if nxt is None:
                     nxt = kids[byte] = nfa.new_state()
-                    nfa.byte_edges[node].append((byte, byte, nxt))
+                    nfa.byte_edges[node].append((byte, byte, nxt - node))
                 node = nxt
-            if end not in nfa.eps[node]:
-                nfa.eps[node].append(end)
+            if end - node not in nfa.eps[node]:
+                nfa.eps[node].append(end - node)
 
     def _build_repeat(self, e: Repeat, start: int, end: int, path: tuple[str, ...]) -> None:
         nfa = self.nfa
@@ -473,33 +504,28 @@ class _Builder:
             self._build_lazy_repeat(e, start, end, path)
             return
         copies = e.min + (1 if e.max is None else e.max - e.min)
-        template = None  # (first state, exit state, edges of each state) of the first copy
+        template = None  # (first state, exit state, stop) of the first copy
         cur = start
         for i in range(copies):
             optional = i >= e.min
             if optional and e.max is not None:
-                nfa.eps[cur].append(end)
+                nfa.eps[cur].append(end - cur)
             entry = nfa.new_state()
-            nfa.eps[cur].append(entry)
+            nfa.eps[cur].append(entry - cur)
             if template is None:
-                first = entry
                 exit_ = nfa.new_state()
                 self._build(e.item, entry, exit_, path)
-                # Snapshot now (edges added to the exit later point outside the copy), and
-                # only when a second copy will be made: x? and x* have just one.
-                template = (first, exit_, [
-                    (list(nfa.eps[x]), list(nfa.byte_edges[x]), list(nfa.call_edges[x]))
-                    for x in range(first, len(nfa.eps))]) if copies > 1 else (first, exit_, [])
+                template = (entry, exit_, len(nfa.eps))
             else:
-                # Later copies are the first one shifted: copying edges is much cheaper
-                # than compiling the item again.
-                exit_ = self._copy_fragment(template, entry)
+                # Later copies are the first one again (relative edges: its containers,
+                # shared): much cheaper than compiling the item again.
+                exit_ = self._copy_range(template[0], template[2], template[1], entry)
             if optional and e.max is None:
-                nfa.eps[exit_].append(entry)  # item* loops on its single optional copy
-                nfa.eps[entry].append(end)
+                nfa.eps[exit_].append(entry - exit_)  # item* loops on its single optional copy
+                nfa.eps[entry].append(end - entry)
                 return
             cur = exit_
-        nfa.eps[cur].append(end)
+        nfa.eps[cur].append(end - cur)
 
     def _single_byte_ranges(self, item: Expr) -> list[tuple[int, int]] | None:
         """The byte ranges of an item that is one byte (``[ \\t]``, ``[0-9]``), else None."""
@@ -522,25 +548,24 @@ class _Builder:
         cur = start
         for i in range(high):
             if i >= low:
-                nfa.eps[cur].append(end)
+                nfa.eps[cur].append(end - cur)
             nxt = end if i == high - 1 else nfa.new_state()
-            nfa.byte_edges[cur].extend([(lo, hi, nxt) for lo, hi in ranges])
+            nfa.byte_edges[cur].extend([(lo, hi, nxt - cur) for lo, hi in ranges])
             cur = nxt
         if high == 0:
-            nfa.eps[start].append(end)
+            nfa.eps[start].append(end - start)
 
     def _build_lazy_repeat(self, e: Repeat, start: int, end: int, path: tuple[str, ...]) -> None:
         nfa = self.nfa
         first = nfa.new_state()
-        nfa.eps[start].append(first)
+        nfa.eps[start].append(first - start)
         if e.min == 0:
-            nfa.eps[start].append(end)
+            nfa.eps[start].append(end - start)
         exit_ = nfa.new_state()
         self._build(e.item, first, exit_, path)
         exit_ = self._compact_fragment(first, exit_)
         stop = len(nfa.eps)
-        edges = [(list(nfa.eps[x]), list(nfa.byte_edges[x]), list(nfa.call_edges[x]))
-                 for x in range(first, stop)]
+        edges = _frozen_range(nfa, first, stop, exit_)
         inner = [(rec, x - rec.first) for x, (rec, done) in nfa.lazy_exits.items()
                  if first <= x < stop and done == 1 and first <= rec.first < stop]
         record = LazyRepeat(nfa, first, exit_, edges, e.max, e.min, end, inner)
@@ -572,10 +597,11 @@ class _Builder:
                 seen = {x}
                 work = [x]
                 while work:
-                    for y in nfa.eps[work.pop()]:
-                        if y not in seen:
-                            seen.add(y)
-                            work.append(y)
+                    y = work.pop()
+                    for d in nfa.eps[y]:
+                        if y + d not in seen:
+                            seen.add(y + d)
+                            work.append(y + d)
                 got = memo[x] = frozenset(seen)
             return got
 
@@ -593,7 +619,7 @@ class _Builder:
         intern(closure(first))
         i = 0
         while i < len(order):
-            edges = [(lo, hi, t) for x in order[i] for lo, hi, t in nfa.byte_edges[x]]
+            edges = [(lo, hi, x + d) for x in order[i] for lo, hi, d in nfa.byte_edges[x]]
             row: list[tuple[int, int, int]] = []
             if edges:
                 points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
@@ -619,37 +645,28 @@ class _Builder:
             nfa.new_state()
         new_exit = first + len(order)
         for k, states in enumerate(order):
-            nfa.byte_edges[first + k] = [(lo, hi, first + t) for lo, hi, t in rows[k]]
+            nfa.byte_edges[first + k] = [(lo, hi, t - k) for lo, hi, t in rows[k]]
             if exit_ in states:
-                nfa.eps[first + k].append(new_exit)
+                nfa.eps[first + k].append(new_exit - (first + k))
         return new_exit
 
-    def _copy_fragment(self, template: tuple[int, int, list], entry: int) -> int:
-        """Duplicate the template's states so that its first state lands on ``entry`` (a
-        state just allocated); return where the template's exit lands."""
-        first, exit_, edges = template
-        delta = entry - first
-        _paste_edges(self.nfa, edges, entry, delta)
-        self._clone_lazy_inside(first, first + len(edges), delta)
-        return exit_ + delta
-
     def _copy_range(self, first: int, stop: int, exit_: int, entry: int) -> int:
-        """``_copy_fragment`` of the NFA's own states ``[first, stop)`` (an inlined rule's
-        first fragment), read in place, ``exit_``'s epsilon edges left out (they go on to
-        the first use's continuation): no snapshot of the fragment is made."""
+        """Copy the NFA's own states ``[first, stop)`` (an inlined rule's first fragment, a
+        repetition's first copy) so that ``first`` lands on ``entry`` (a state just
+        allocated); return where ``exit_`` lands. Edges are relative: the copy shares the
+        fragment's edge containers, frozen in place, except at its first state and its exit
+        (whose epsilon edges are left out: they go on to the first use's continuation)."""
         nfa = self.nfa
         delta = entry - first
+        if entry != len(nfa.eps) - 1:
+            raise AssertionError("a fragment is pasted right after its entry state")
+        if len(nfa.eps) + stop - first > MAX_NFA_STATES:
+            raise _too_large()
         if _determinise is not None and nfa.native_paste:
-            if entry != len(nfa.eps) - 1:
-                raise AssertionError("a fragment is pasted right after its entry state")
-            if len(nfa.eps) + stop - first > MAX_NFA_STATES:
-                raise _too_large()
             _determinise.paste_range(nfa.eps, nfa.byte_edges, nfa.call_edges, first, stop,
-                                     exit_, delta)
+                                     exit_)
         else:
-            edges = [([] if x == exit_ else list(nfa.eps[x]), list(nfa.byte_edges[x]),
-                      list(nfa.call_edges[x])) for x in range(first, stop)]
-            _paste_edges(nfa, edges, entry, delta)
+            _paste_edges(nfa, _frozen_range(nfa, first, stop, exit_), entry, exit_ - first)
         self._clone_lazy_inside(first, stop, delta)
         return exit_ + delta
 
@@ -679,12 +696,12 @@ class _Builder:
             self.call_rules.add(name)
         if name in self.call_rules or name in path:
             self.call_rules.add(name)
-            self.nfa.call_edges[start].append((name, end))  # type: ignore[arg-type]
+            self.nfa.call_edges[start].append((name, end - start))  # type: ignore[arg-type]
             self.nfa.call_sites.append(start)
             return
         nfa = self.nfa
         entry = nfa.new_state()
-        nfa.eps[start].append(entry)
+        nfa.eps[start].append(entry - start)
         built = self._inlined.get(name)
         if built is None:
             exit_ = nfa.new_state()
@@ -694,7 +711,7 @@ class _Builder:
             # Inlined before: copy that fragment (about 5x cheaper than building it again).
             first, old_exit, stop = built
             exit_ = self._copy_range(first, stop, old_exit, entry)
-        nfa.eps[exit_].append(end)
+        nfa.eps[exit_].append(end - exit_)
 
 
 # ----------------------------------------------------------------------------- liveness
@@ -742,12 +759,12 @@ def _live_nfa_states(nfa: NFA, fragments: dict[str, tuple[int, int]],
     reverse: list[list[int]] = [[] for _ in range(n)]
     call_reverse: list[list[tuple[str, int]]] = [[] for _ in range(n)]
     for s in range(n):
-        for t in nfa.eps[s]:
-            reverse[t].append(s)
-        for _, _, t in nfa.byte_edges[s]:
-            reverse[t].append(s)
-        for name, t in nfa.call_edges[s]:
-            call_reverse[t].append((name, s))
+        for d in nfa.eps[s]:
+            reverse[s + d].append(s)
+        for _, _, d in nfa.byte_edges[s]:
+            reverse[s + d].append(s)
+        for name, d in nfa.call_edges[s]:
+            call_reverse[s + d].append((name, s))
     for x, (record, _) in nfa.lazy_exits.items():
         # Stand-in for "the remaining copies, then the end": every copy is alike.
         reverse[record.end].append(x)
