@@ -23,6 +23,7 @@ import heapq
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from formcast.errors import GrammarError
 from formcast.grammar.ir import (
@@ -56,6 +57,9 @@ BYTE_CHAIN_MAX = 64
 # has at most this many NFA states: beyond, trying costs more than a copy saves.
 COMPACT_MAX_STATES = 256
 MAX_NFA_STATES = 2_000_000
+# Shared edge containers of a literal's inner states (see _Builder._build_literal).
+_NO_EDGES: tuple = ()
+_STEP_ONE = [((b, b, 1),) for b in range(256)]
 
 
 @dataclass
@@ -415,13 +419,7 @@ class _Builder:
     def _build(self, e: Expr, start: int, end: int, path: tuple[str, ...]) -> None:
         nfa = self.nfa
         if isinstance(e, Literal):
-            cur = start
-            for i, byte in enumerate(e.data):
-                nxt = end if i == len(e.data) - 1 else nfa.new_state()
-                nfa.byte_edges[cur].append((byte, byte, nxt - cur))
-                cur = nxt
-            if not e.data:
-                nfa.eps[start].append(end - start)
+            self._build_literal(e.data, start, end)
         elif isinstance(e, ByteSet):
             self.may_die |= not e.ranges
             for lo, hi in e.ranges:
@@ -473,6 +471,28 @@ class _Builder:
             self._build_ref(e.name, start, end, path)
         else:
             raise GrammarError(f"unknown IR node {e!r}")
+
+    def _build_literal(self, data: bytes, start: int, end: int) -> None:
+        """A chain of one state a byte. Its inner states are made in bulk: nothing is ever
+        added to them, so they share one empty tuple for their epsilon and call edges, and
+        (edges being relative) one ``((b, b, 1),)`` per byte value for their byte edge."""
+        nfa = self.nfa
+        n = len(data)
+        if n <= 1:
+            if n:
+                nfa.byte_edges[start].append((data[0], data[0], end - start))
+            else:
+                nfa.eps[start].append(end - start)
+            return
+        first = len(nfa.eps)  # inner states first .. first + n - 2
+        if first + n > MAX_NFA_STATES:
+            raise _too_large()
+        last = first + n - 2
+        nfa.byte_edges[start].append((data[0], data[0], first - start))
+        nfa.eps.extend(repeat(_NO_EDGES, n - 1))
+        nfa.call_edges.extend(repeat(_NO_EDGES, n - 1))
+        nfa.byte_edges.extend([_STEP_ONE[b] for b in data[1:n - 1]])
+        nfa.byte_edges.append([(data[n - 1], data[n - 1], end - last)])
 
     def _build_literal_trie(self, literals: list[bytes], start: int, end: int) -> None:
         """Alternative literals (an ``enum`` of 249 country codes) as one byte trie: shared
