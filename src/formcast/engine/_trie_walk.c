@@ -576,24 +576,26 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
 }
 
 /* cold_walk(table, filled, finishes, nodes, subtree_bytes, ids, maxlen, allowed, follow, base,
- *           horizon, min_bytes, core, context) -> (pending, needs, reached) or None
+ *           horizon, min_bytes, core, context[, limit]) -> (pending, needs, reached) or None
  *
- * A cold mask's whole walk from one state in one call: the slice chain of `base` (the whole
- * chain, limit = horizon) and then the walk from the trie's root, with the Core and the
- * DenseStates context building every state met. For an automaton without lazily copied
- * repetitions (whose chains Python shortens, see mask_cache._native_slice_chain), this is
- * slice_chain followed by walk without the Python between them: their arrays, calls and
- * buffer handling were a third of a small grammar's cold mask. None: the slice chain met a
- * state Python has to fill first; take the general path. */
+ * A cold mask's whole walk from one state in one call: the slice chain of `base` and then the
+ * walk from the trie's root, with the Core and the DenseStates context building every state
+ * met. This is slice_chain followed by walk without the Python between them: their arrays,
+ * calls and buffer handling were a third of a small grammar's cold mask. With a `limit` below
+ * the horizon (an automaton with lazily copied repetitions, whose chains Python shortens when
+ * they repeat, see mask_cache._native_slice_chain), a slice chain that goes on past `limit`
+ * states is left to Python. None: the slice chain met a state Python has to fill first, or
+ * went past the limit; take the general path. */
 static PyObject *cold_walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objs[9];
     PyObject *core, *ctx;
-    long long base, horizon, min_bytes;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOLLLOO", &objs[0], &objs[1], &objs[2], &objs[3],
+    long long base, horizon, min_bytes, limit = -1;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOLLLOO|L", &objs[0], &objs[1], &objs[2], &objs[3],
                           &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &base, &horizon,
-                          &min_bytes, &core, &ctx))
+                          &min_bytes, &core, &ctx, &limit))
         return NULL;
+    if (limit < 0 || limit > horizon) limit = horizon;
     if (core == Py_None) {
         PyErr_SetString(PyExc_TypeError, "cold_walk: needs the determiniser's Core");
         return NULL;
@@ -630,10 +632,10 @@ static PyObject *cold_walk(PyObject *self, PyObject *args) {
     long long length = 0, missing = -1;
     int mode = 0;
     PyObject *result = NULL;
-    if (run_slice_chain(&r, base, horizon, horizon, min_bytes, chain, outside, &length,
+    if (run_slice_chain(&r, base, horizon, limit, min_bytes, chain, outside, &length,
                         &missing, &mode) < 0)
         goto done;
-    if (missing >= 0) {
+    if (missing >= 0 || (limit < horizon && mode == 1 && length == limit + 1)) {
         result = Py_None;
         Py_INCREF(result);
         goto done;
@@ -664,8 +666,8 @@ static PyMethodDef methods[] = {
      "built on the way, and with the DenseStates context every other state too"},
     {"cold_walk", cold_walk, METH_VARARGS,
      "cold_walk(table, filled, finishes, nodes, subtree_bytes, ids, maxlen, allowed, follow, "
-     "base, horizon, min_bytes, core, context) -> (pending, needs, reached), or None when the "
-     "slice chain needs Python first: slice_chain then walk from the root, in one call"},
+     "base, horizon, min_bytes, core, context[, limit]) -> (pending, needs, reached), or None "
+     "when the slice chain needs Python first: slice_chain then walk from the root, in one call"},
     {"slice_chain", slice_chain, METH_VARARGS,
      "slice_chain(table, filled, finishes, base, horizon, limit, min_bytes, chain_out, "
      "outside_out[, core[, context]]) -> (length, missing state or -1, mode)"},

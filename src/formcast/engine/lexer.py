@@ -120,6 +120,8 @@ class Automaton:
     def _copy_shape(self, q: int) -> tuple[tuple, int] | None:
         rule, states = self._core.state(q)
         copy_of = self._nfa.copy_of
+        if copy_of.keys().isdisjoint(states):  # most states: no copy involved
+            return None
         own: dict[object, list[tuple[int, int]]] = {}
         outside: list[int] = []
         for x in states:

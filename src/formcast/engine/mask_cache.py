@@ -125,17 +125,25 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
     follow = _ALL_BYTES if follow is None else follow.astype(np.uint8, copy=False)
     core = dense.parser.auto.native_core  # builds the states it meets inside the walk
     context = dense.native_context
-    if only_rows is None and core is not None and not dense.parser.auto.has_lazy_copies:
-        # The usual cold mask: slice chain and walk in one C call (see cold_walk).
+    auto = dense.parser.auto
+    if only_rows is None and core is not None:
+        # The usual cold mask: slice chain and walk in one C call (see cold_walk). Where
+        # repetitions are copied lazily, a chain from a position inside one may repeat copy
+        # after copy, which only Python sees (_native_slice_chain): the C call stops when the
+        # chain goes on past the point where Python would start looking.
+        limit = trie.max_len
+        if auto.has_lazy_copies:
+            limit = -1 if base % 2 == 0 and auto.copy_shape(base // 2) is not None else 2
         allowed = np.zeros(table.packed_bytes, dtype=np.uint8)
-        got = _trie_walk.cold_walk(
+        got = None if limit < 0 else _trie_walk.cold_walk(
             dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8), flat.nodes,
             flat.subtree_bytes, flat.ids, flat.maxlen, allowed, follow, base, trie.max_len,
-            SLICE_MIN_BYTES, core, context)
+            SLICE_MIN_BYTES, core, context, limit)
         if got is not None and not got[0]:
             return StateVerdict(allowed, np.frombuffer(got[1], dtype=np.int64), got[2])
-        # Else some state needs Python first (the table must grow): the general path below,
-        # from scratch (a walk only fills rows, so starting again is exact).
+        # Else some state needs Python first (the table must grow, or the chain may repeat):
+        # the general path below, from scratch (a walk only fills rows, so starting again is
+        # exact).
     if only_rows is None or not only_rows.size:
         only_rows = _EMPTY_INT64
         horizon = trie.max_len
@@ -521,8 +529,9 @@ class MaskCache:
         return out
 
     def _compute(self, state: State) -> np.ndarray:
-        verdicts = [(kernel, self.verdict(kernel[-1])) for kernel in self._with_returns(state)]
-        eos = self.table.eos_ids.size and self._accepting(state)
+        kernels = self._with_returns(state)
+        verdicts = [(kernel, self.verdict(kernel[-1])) for kernel in kernels]
+        eos = self.table.eos_ids.size and self._accepting(state, kernels)
         if len(verdicts) == 1:
             kernel, only = verdicts[0]
             if not eos and (len(kernel) == 1 or not only.needs_context.size):
@@ -547,10 +556,13 @@ class MaskCache:
             set_bits(mask, self.table.eos_ids, True)
         return mask
 
-    def _accepting(self, state: State) -> bool:
-        """``Parser.is_accepting(state)``, read off the parser-state table for a one-frame
-        state whose row is filled (the verdict just filled it): its finish flag is the same
-        test, and closing the stack again in Python cost ~12 us in every cold mask."""
+    def _accepting(self, state: State, kernels: list[tuple[int, ...]]) -> bool:
+        """``Parser.is_accepting(state)``, given ``_with_returns(state)``: the root can finish
+        exactly where a one-frame kernel among them can (a deeper stack's closure reaches one
+        frame only by returning from every frame above it, which is how ``_with_returns``
+        adds parents). A one-frame state whose row is filled (the verdict just filled it)
+        reads it off the parser-state table's finish flag, the same test. Closing the stacks
+        again cost ~8 us in every cold mask of a several-frame state."""
         if len(state) == 1:
             (kernel,) = state
             if len(kernel) == 1:
@@ -558,7 +570,8 @@ class MaskCache:
                 dense = self.dense
                 if sid < dense.filled.shape[0] and dense.filled[sid]:
                     return bool(dense.finishes[sid])
-        return self.parser.is_accepting(state)
+        can_finish = self.parser.frame_can_finish
+        return any(len(kernel) == 1 and can_finish(kernel[0]) for kernel in kernels)
 
     def _full_walk(self, state: State, needs: np.ndarray) -> StateVerdict:
         """The exact walk from the whole state, limited to the trie rows ``needs``. A single
