@@ -584,7 +584,7 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
  * calls and buffer handling were a third of a small grammar's cold mask. With a `limit` below
  * the horizon (an automaton with lazily copied repetitions, whose chains Python shortens when
  * they repeat, see mask_cache._native_slice_chain), a slice chain that goes on past `limit`
- * states is left to Python. None: the slice chain met a state Python has to fill first, or
+ * states is left to Python, unless it loops on one state (then Python takes it whole too). None: the slice chain met a state Python has to fill first, or
  * went past the limit; take the general path. */
 static PyObject *cold_walk(PyObject *self, PyObject *args) {
     (void)self;
@@ -635,6 +635,15 @@ static PyObject *cold_walk(PyObject *self, PyObject *args) {
     if (run_slice_chain(&r, base, horizon, limit, min_bytes, chain, outside, &length,
                         &missing, &mode) < 0)
         goto done;
+    if (missing < 0 && limit < horizon && mode == 1 && length == limit + 1 && limit >= 2 &&
+        chain[2] == chain[1]) {
+        /* The chain loops on one state (an unbounded string's characters): no copies to
+         * tell apart, and Python would take the whole chain, so take it here. */
+        if (run_slice_chain(&r, base, horizon, horizon, min_bytes, chain, outside, &length,
+                            &missing, &mode) < 0)
+            goto done;
+        limit = horizon;
+    }
     if (missing >= 0 || (limit < horizon && mode == 1 && length == limit + 1)) {
         result = Py_None;
         Py_INCREF(result);
