@@ -136,11 +136,12 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
             limit = -1 if base % 2 == 0 and auto.copy_shape(base // 2) is not None else 2
         allowed = np.zeros(table.packed_bytes, dtype=np.uint8)
         got = None if limit < 0 else _trie_walk.cold_walk(
-            dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8), flat.nodes,
+            dense.table, dense.filled_bytes, dense.finishes_bytes, flat.nodes,
             flat.subtree_bytes, flat.ids, flat.maxlen, allowed, follow, base, trie.max_len,
             SLICE_MIN_BYTES, core, context, limit)
         if got is not None and not got[0]:
-            return StateVerdict(allowed, np.frombuffer(got[1], dtype=np.int64), got[2])
+            needs = np.frombuffer(got[1], dtype=np.int64) if got[1] else _EMPTY_INT64
+            return StateVerdict(allowed, needs, got[2])
         # Else some state needs Python first (the table must grow, or the chain may repeat):
         # the general path below, from scratch (a walk only fills rows, so starting again is
         # exact).
@@ -160,7 +161,7 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
     depth = 0
     while True:  # the base's row is there (the slice chain needs it), or the walk builds it
         raw, needing, reached = _trie_walk.walk(
-            dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8),
+            dense.table, dense.filled_bytes, dense.finishes_bytes,
             flat.nodes, flat.subtree_bytes, flat.ids, chain, outside, pending, allowed,
             only_rows, follow, flat.maxlen, core, context)
         if needing:
@@ -215,7 +216,7 @@ def _run_slice_chain(dense: DenseStates, base: int, horizon: int, limit: int,
     core = dense.parser.auto.native_core
     while True:
         length, missing, mode = _trie_walk.slice_chain(
-            dense.table, dense.filled.view(np.uint8), dense.finishes.view(np.uint8), base,
+            dense.table, dense.filled_bytes, dense.finishes_bytes, base,
             horizon, limit, SLICE_MIN_BYTES, chain, outside, core, dense.native_context)
         if missing < 0:
             return length, mode
@@ -428,7 +429,7 @@ class MaskCache:
             # Deeply recursive grammars can keep minting states: start the table afresh
             # (verdicts already computed stay valid; they hold masks, not state ids).
             self.dense = DenseStates(self.parser)
-        base = self.dense.intern(frozenset(((q,),)))
+        base = self.dense.plain_id(q)
         follow = self.auto.follow_of(q)
         long_rows = None
         if alike is not None:
