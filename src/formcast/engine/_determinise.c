@@ -601,27 +601,41 @@ typedef struct {
     int32_t target;
 } Cover;
 
-/* Build the byte row of DFA state q: row[256], distinct targets, segments. */
-static int build_row(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n, int32_t *row,
-                     IntVec *targets, IntVec *segs, int *has_bytes) {
+/* Build the byte row of DFA state q as its distinct targets and segments. */
+static int build_row(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n, IntVec *targets,
+                     IntVec *segs, int *has_bytes) {
     Edge *edges = NULL;
     Py_ssize_t n_edges = 0;
     if (gather_edges(c, v, n, &edges, &n_edges) < 0) return -1;
-    for (int b = 0; b < 256; b++) row[b] = -1;
     *has_bytes = n_edges > 0;
     if (!n_edges) {
         free(edges);
         return 0;
     }
     int32_t end = c->ends[rule];
+    /* The bounds of the edges' ranges, sorted: a state has a few edges, and scanning all
+     * 257 positions for them was a quarter of building it. */
     unsigned char bound[257] = {0};
-    for (Py_ssize_t i = 0; i < n_edges; i++) bound[edges[i].lo] = bound[edges[i].hi + 1] = 1;
+    int points[257], n_points = 0;
+    for (Py_ssize_t i = 0; i < n_edges; i++) {
+        int ends[2] = {edges[i].lo, edges[i].hi + 1};
+        for (int e = 0; e < 2; e++) {
+            if (bound[ends[e]]) continue;
+            bound[ends[e]] = 1;
+            int k = n_points++;
+            while (k > 0 && points[k - 1] > ends[e]) {
+                points[k] = points[k - 1];
+                k--;
+            }
+            points[k] = ends[e];
+        }
+    }
     IntVec scratch = {0}, cover = {0}, next = {0};
     Cover covers[257];
     int n_covers = 0, rc = -1;
     int a = -1;
-    for (int p = 0; p <= 256; p++) {
-        if (!bound[p]) continue;
+    for (int pi = 0; pi < n_points; pi++) {
+        int p = points[pi];
         if (a >= 0) {
             int b = p; /* piece [a, b): the covering edges are constant on it */
             cover.n = 0;
@@ -664,7 +678,6 @@ static int build_row(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n, int3
                            vec_push(segs, target) < 0) {
                     goto done;
                 }
-                for (int x = a; x < b; x++) row[x] = target;
             }
         }
         a = p;
@@ -788,12 +801,11 @@ static int ensure_state(Core *c, long q) {
     int32_t *v = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
     if (!v) return PyErr_NoMemory(), -1;
     memcpy(v, c->pool + c->st_off[q], sizeof(int32_t) * (size_t)n);
-    int32_t row[256];
     IntVec targets = {0}, segs = {0};
     int has_bytes = 0;
     PyObject *calls = NULL;
     int result = -1;
-    if (build_row(c, rule, v, n, row, &targets, &segs, &has_bytes) < 0) goto done;
+    if (build_row(c, rule, v, n, &targets, &segs, &has_bytes) < 0) goto done;
     calls = build_calls(c, rule, v, n);
     if (!calls) goto done;
     Py_ssize_t seg_at = c->segpool.n, tgt_at = c->tgtpool.n;
