@@ -500,7 +500,11 @@ class _Builder:
         it has one NFA state per position instead of one per alternative still alive."""
         nfa = self.nfa
         # ``start`` is the root: only this choice adds byte edges to it (its other items
-        # start in states of their own).
+        # start in states of their own). The other nodes are made here, numbered from
+        # ``base`` in the order they are met, and added to the NFA in one go.
+        base = len(nfa.eps)
+        new_eps: list[list[int]] = []
+        new_bytes: list[list[tuple[int, int, int]]] = []
         children: dict[int, dict[int, int]] = {}
         for data in sorted(set(literals)):
             node = start
@@ -508,11 +512,20 @@ class _Builder:
                 kids = children.setdefault(node, {})
                 nxt = kids.get(byte)
                 if nxt is None:
-                    nxt = kids[byte] = nfa.new_state()
-                    nfa.byte_edges[node].append((byte, byte, nxt - node))
+                    nxt = kids[byte] = base + len(new_eps)
+                    new_eps.append([])
+                    new_bytes.append([])
+                    (new_bytes[node - base] if node >= base else nfa.byte_edges[node]).append(
+                        (byte, byte, nxt - node))
                 node = nxt
-            if end - node not in nfa.eps[node]:
-                nfa.eps[node].append(end - node)
+            eps = new_eps[node - base] if node >= base else nfa.eps[node]
+            if end - node not in eps:
+                eps.append(end - node)
+        if base + len(new_eps) > MAX_NFA_STATES:
+            raise _too_large()
+        nfa.eps.extend(new_eps)
+        nfa.byte_edges.extend(new_bytes)
+        nfa.call_edges.extend(repeat(_NO_EDGES, len(new_eps)))
 
     def _build_repeat(self, e: Repeat, start: int, end: int, path: tuple[str, ...]) -> None:
         nfa = self.nfa
