@@ -232,3 +232,22 @@ def test_automaton_lists_stay_out_of_the_cyclic_collector():
     # Nothing was freed that is still in use: the automaton works after a full collection.
     gc.collect()
     assert auto.row(0) is auto.trans_rows[0] and len(auto.row(0)) == 256
+
+
+def _big_rule_grammar(uses: int) -> Grammar:
+    """``item`` (one literal of ~60 words: ~8,000 NFA states inlined) referenced ``uses``
+    times from the root."""
+    words = " | ".join(f'"w{i:03d}-{"x" * 120}"' for i in range(60))
+    refs = ' "," '.join(["item"] * uses)
+    return Grammar.from_gbnf(f"root ::= {refs}\nitem ::= {words}\n")
+
+
+def test_an_array_item_rule_used_twice_is_inlined_however_large():
+    """An array's item schema is referenced twice (the first item and the rest): copies share
+    their edges, so a big one is still inlined, and masks inside items need no stack. A rule
+    that large used in more places stays a call."""
+    nfa, _, order, _ = build_nfa(_big_rule_grammar(2))
+    assert order == ["root"]
+    assert len(nfa.eps) > 2 * 6000
+    _, _, order, _ = build_nfa(_big_rule_grammar(3))
+    assert order == ["root", "item"]
