@@ -40,7 +40,7 @@ class Automaton:
         self._nfa = nfa
         self._fragments = fragments
         self._live = live
-        self._follow: np.ndarray | None = None
+        self._follow: list[np.ndarray] | None = None
         self._rule_index = {name: i for i, name in enumerate(order)}
         self._shape_memo: dict[int, tuple[tuple, int] | None] = {}
         self.rule_names = order
@@ -77,8 +77,9 @@ class Automaton:
         """Bytes that can come right after the frame of DFA state ``q`` returns, in any
         context (uint8 per byte; ``engine.follow``, computed on first use)."""
         if self._follow is None:
-            self._follow = follow_bytes(self._nfa, self._fragments, self.rule_names,
-                                        self._live).astype(np.uint8)
+            table = follow_bytes(self._nfa, self._fragments, self.rule_names,
+                                 self._live).astype(np.uint8)
+            self._follow = list(table)  # a row per rule, made once (not a view per call)
         return self._follow[self._core.rule(q)]
 
     @property
