@@ -399,7 +399,7 @@ class _Builder:
         # Set when something that matches nothing was built: only then can NFA states be
         # dead (unable to reach their rule's end), and liveness must be computed.
         self.may_die = False
-        self._uses = _reference_counts(rules)
+        self._uses: dict[str, int] | None = None  # references per rule, counted when needed
 
     def _utf8_paths(self, e: CharSet) -> list[list[tuple[int, int]]]:
         got = self._utf8_memo.get(e)
@@ -747,9 +747,11 @@ class _Builder:
 
     def _build_ref(self, name: str, start: int, end: int, path: tuple[str, ...]) -> None:
         if name not in self.call_rules and name not in path and \
-                self._inline_size(name, path) > (
-                    TWICE_INLINE_LIMIT if self._uses.get(name, 0) <= 2 else INLINE_LIMIT):
-            self.call_rules.add(name)
+                self._inline_size(name, path) > INLINE_LIMIT:
+            if self._uses is None:
+                self._uses = _reference_counts(self.rules)
+            if self._uses.get(name, 0) > 2 or self._inline_size(name, path) > TWICE_INLINE_LIMIT:
+                self.call_rules.add(name)
         if name in self.call_rules or name in path:
             self.call_rules.add(name)
             self.nfa.call_edges[start].append((name, end - start))  # type: ignore[arg-type]
