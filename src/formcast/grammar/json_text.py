@@ -203,12 +203,22 @@ def _fixed(lo: list[int], hi: list[int], base: int) -> Expr:
         parts.append(seq(_digit_class(first_mid, last_mid, base), any_rest))
     if not hi_full:
         parts.append(seq(_digit_class(hi[0], hi[0], base), _fixed([0] * rest, hi[1:], base)))
-    return choice(*parts)
+    # What choice() would make, without hashing every level of the digit tree again at each
+    # level (hashes of IR nodes are not cached): the parts start with disjoint digits, so
+    # they are distinct, and none is a choice to flatten.
+    return parts[0] if len(parts) == 1 else Choice(tuple(parts))
 
 
 def hex4_ranges(ranges: Iterable[tuple[int, int]]) -> Expr:
     """Four hex digits (either case) whose value lies in one of ``ranges``."""
-    return choice(*(fixed_width_range(lo, hi, 4, 16) for lo, hi in merge_ranges(ranges)))
+    # choice() flattened, without hashing each digit tree to drop duplicates: the ranges are
+    # disjoint, so no two alternatives can be equal (a negated class such as [^@\s] has a
+    # dozen ranges, and hashing their trees was most of spelling it).
+    flat: list[Expr] = []
+    for lo, hi in merge_ranges(ranges):
+        part = fixed_width_range(lo, hi, 4, 16)
+        flat.extend(part.items if type(part) is Choice else (part,))
+    return flat[0] if len(flat) == 1 else Choice(tuple(flat))
 
 
 # ----------------------------------------------------------------------------- characters
