@@ -462,3 +462,28 @@ def test_benchmark_samples_pass_mask_and_matcher_alike(workload, smollm2_vocab, 
             assert m.next_token_mask()[t], (workload.name, step, smollm2_vocab.token_bytes[t])
             assert m.accept_token(t)
         assert m.is_accepting()
+
+
+def test_masks_shared_between_copies_of_a_bounded_string_equal_masks_walked_alone(smollm2_vocab):
+    """Inside a ``maxLength: 40`` string, a position's verdict is patched from an earlier
+    copy's (SmolLM2 has tokens longer than the string may get: those are walked again). Every
+    mask along a real text equals the one walked from scratch with no sharing at all."""
+    from formcast.engine.mask_cache import MaskCache
+
+    schema = {"type": "object", "properties": {"note": {"type": "string", "maxLength": 40}},
+              "required": ["note"]}
+    grammar = Grammar.from_json_schema(schema)
+    text = '{"note": "Caf\u00e9 au lait,  tr\u00e8s chaud \\u00e9t\u00e9 \\"ok\\" -- fi"}'.encode()
+    shared = Matcher(grammar, smollm2_vocab)
+    compiled = shared.compiled
+    alone = MaskCache(compiled.automaton, compiled.parser, compiled.table)
+    alone.auto = type("NoShapes", (), {"__getattr__": lambda _, name: getattr(
+        compiled.automaton, name), "copy_shape": lambda _, q: None})()
+    patched = 0
+    for i in range(len(text)):
+        want = alone.mask_for(shared.state)
+        got = shared.next_token_mask()
+        assert np.array_equal(got, want), (i, text[:i])
+        patched = len(compiled.masks._near_verdicts) + len(compiled.masks._horizon_verdicts)
+        assert shared.accept_bytes(text[i:i + 1])
+    assert patched  # the shared path was taken

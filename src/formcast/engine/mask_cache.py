@@ -401,6 +401,9 @@ class MaskCache:
         self.dense = DenseStates(parser)
         self._verdicts: dict[int, StateVerdict] = MemoStore()
         self._horizon_verdicts: dict[tuple, StateVerdict] = MemoStore()  # by copy_shape
+        # by copy_shape: (a verdict that looked as far as its repetition's maximum, the reach
+        # of its state), for the tokens shorter than that reach (see verdict)
+        self._near_verdicts: dict[tuple, tuple[StateVerdict, int]] = MemoStore()
         self._full_verdicts: dict[tuple, StateVerdict] = MemoStore()  # frames below + shape
         self._masks: dict[State, np.ndarray] = MemoStore()
         self._packed: dict[State, np.ndarray] = MemoStore()
@@ -420,11 +423,17 @@ class MaskCache:
             return got
         shape = self.auto.copy_shape(q)
         alike = None  # the verdict of a state of the same shape, which looked too far
+        reach = 0  # tokens shorter than this fare the same from q as from alike's state
         if shape is not None:
             key, reach = shape
             alike = self._horizon_verdicts.get(key)
             if alike is not None and alike.depth < reach:
                 return alike
+            if alike is None:
+                near = self._near_verdicts.get(key)
+                if near is not None:  # looked as far as its repetition's maximum
+                    alike, its_reach = near
+                    reach = min(reach, its_reach)
         if len(self.dense) > DENSE_STATE_LIMIT:
             # Deeply recursive grammars can keep minting states: start the table afresh
             # (verdicts already computed stay valid; they hold masks, not state ids).
@@ -433,11 +442,11 @@ class MaskCache:
         follow = self.auto.follow_of(q)
         long_rows = None
         if alike is not None:
-            long_rows = self.table.trie.rows_at_least(shape[1])
+            long_rows = self.table.trie.rows_at_least(reach)
             if long_rows.size > self.table.size // 8:
                 long_rows = None
         if long_rows is not None:
-            got = self._patched(alike, base, long_rows, shape[1], follow)
+            got = self._patched(alike, base, long_rows, reach, follow)
         else:
             got = classify_tokens(self.dense, self.table, base, follow=follow,
                                   native=self._native)
@@ -446,6 +455,13 @@ class MaskCache:
             store, at = self._horizon_verdicts, shape[0]
         else:
             store, at = self._verdicts, q
+            if long_rows is None and shape is not None:
+                # It looked that far (a string whose maxLength is below the vocabulary's
+                # longest tokens): still the verdict of every state of the shape for tokens
+                # shorter than both reaches, so the next one walks only the longer tokens.
+                self._near_verdicts[shape[0]] = (got, shape[1])
+                self.budget.charge(self._near_verdicts, shape[0],
+                                   got.allowed.nbytes + got.needs_context.nbytes)
         store[at] = got
         self.budget.charge(store, at, got.allowed.nbytes + got.needs_context.nbytes)
         return got
