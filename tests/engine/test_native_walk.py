@@ -260,6 +260,31 @@ def test_a_mask_inside_a_long_string_of_a_called_rule_builds_few_states(smollm2_
     assert closing and all(mask[t] for t in closing)
 
 
+@needs_native
+@pytest.mark.parametrize("gbnf, prefix", [
+    # a JSON string's characters: the slice is the same from the first byte on
+    ('root ::= "{\\"" [^"\\\\]* "\\": 1}"', b'{"'),
+    # a digit may follow a letter but not start the name: "1a" is no token of the slice
+    ('root ::= "(" ([a-zA-Z_] [a-zA-Z0-9_]* | [0-9]+) ")"', b"("),
+])
+def test_tokens_a_whole_slice_admits_are_shared_across_grammars(smollm2_vocab, gbnf, prefix):
+    """The tokens of a looping slice chain are computed once per vocabulary and byte sets,
+    then marked at once by every walk with that slice: the masks stay those of the numpy
+    walk, and a second grammar with the same slice reuses the entry."""
+    memo = None
+    for extra in ("", "?"):  # two grammars with the same slice
+        m = Matcher(Grammar.from_gbnf(gbnf + extra), smollm2_vocab)
+        assert m.accept_bytes(prefix)
+        if memo is None:
+            memo = m.compiled.table.trie.flat().slice_tokens
+            memo.clear()
+        before = dict(memo)
+        _verdicts_agree(m.compiled, m.state)
+        assert len(memo) == 1, "the slice was not premarked"
+        if before:
+            assert memo.keys() == before.keys()  # reused, not computed again
+
+
 def _poisoned_mapping(monkeypatch) -> object:
     """A pool holding one released parser-state table whose first rows all point to state 2,
     a real state: a row read before it is written would send a walk somewhere wrong."""

@@ -146,6 +146,11 @@ typedef struct {
      * where the frame could end goes on in the context only with one of them next. */
     const uint8_t *follow;
     PyObject *core, *ctx;
+    /* Set when the slice's tokens are already in `allowed` (see slice_tokens): 4 words, the
+     * bytes a token may start with to be one of them; NULL otherwise. A block of such tokens
+     * is then skipped without marking each of them again. */
+    const uint64_t *premarked_first;
+    int32_t premarked_reach;
 } Walk;
 
 static PyObject *run_walk(const Walk *w);
@@ -221,21 +226,26 @@ static PyObject *run_walk(const Walk *w) {
     int64_t *st_state = calloc((size_t)max_depth + 1, sizeof(int64_t));
     int64_t *st_flag = calloc((size_t)max_depth + 1, sizeof(int64_t));
     uint8_t *st_ends = calloc((size_t)max_depth + 1, 1);
+    /* st_in[d]: the path to depth d is a prefix of a premarked slice token */
+    uint8_t *st_in = calloc((size_t)max_depth + 1, 1);
+    const uint64_t *premarked_first = w->premarked_first;
     Py_ssize_t pending_cap = 64, n_pending = 0;
     int64_t *pending = malloc(sizeof(int64_t) * 3 * (size_t)pending_cap);
     /* Tokens needing the context are few: collected as ids, not marked in an array. */
     Py_ssize_t needs_cap = 64, n_needs = 0;
     int64_t *needs = malloc(sizeof(int64_t) * (size_t)needs_cap);
-    if (!st_state || !st_flag || !st_ends || !pending || !needs) {
+    if (!st_state || !st_flag || !st_ends || !st_in || !pending || !needs) {
         free(st_state);
         free(st_flag);
         free(st_ends);
+        free(st_in);
         free(pending);
         free(needs);
         return PyErr_NoMemory();
     }
     int bad = 0;
     int32_t reached = 0; /* deepest byte the verdicts depended on */
+    if (premarked_first) reached = w->premarked_reach;
 #define CHECK_ROW(r)                                                     \
     if (r < 0 || r >= n_rows || ids[r] < 0 || ids[r] >= n_ids) {         \
         bad = 1;                                                         \
@@ -280,6 +290,7 @@ static PyObject *run_walk(const Walk *w) {
         st_state[d0] = s;
         st_flag[d0] = flag;
         st_ends[d0] = d0 > 0 && finishes[s];
+        st_in[d0] = premarked_first && d0 == 0;
         if (g + 1 < end && d0 + 1 > reached) reached = d0 + 1;
         int32_t i = (int32_t)g + 1;
         while (i < end) {
@@ -302,9 +313,15 @@ static PyObject *run_walk(const Walk *w) {
                 i = next;
                 continue;
             }
-            ALLOW(node->row_lo, node->row_lo + node->end_count)
+            int out_of_slice = use_slice && (outside[byte >> 6] >> (byte & 63)) & 1;
+            /* Whether the tokens here are premarked: the path's first byte starts one and
+             * every byte after it is a slice byte. */
+            int in_premarked = premarked_first && st_in[d - 1] &&
+                               (d == 1 ? (premarked_first[byte >> 6] >> (byte & 63)) & 1
+                                       : !out_of_slice);
+            if (!in_premarked) ALLOW(node->row_lo, node->row_lo + node->end_count)
             if (bad) break;
-            if (use_slice && (outside[byte >> 6] >> (byte & 63)) & 1) child_flag |= 2;
+            if (out_of_slice) child_flag |= 2;
             /* On the chain: its state says so, or (for a chain known to repeat, whose later
              * entries are -1) every byte so far was a slice byte. */
             int on_chain = use_slice && d < chain_len &&
@@ -314,7 +331,7 @@ static PyObject *run_walk(const Walk *w) {
                 if (!((below[0] & outside[0]) | (below[1] & outside[1]) |
                       (below[2] & outside[2]) | (below[3] & outside[3]))) {
                     if (maxlen[i] > reached) reached = maxlen[i];
-                    ALLOW(node->row_lo, node->row_hi)
+                    if (!in_premarked) ALLOW(node->row_lo, node->row_hi)
                     if (bad) break;
                     i = next;
                     continue;
@@ -335,6 +352,7 @@ static PyObject *run_walk(const Walk *w) {
                 st_state[d] = ns;
                 st_flag[d] = child_flag;
                 st_ends[d] = finishes[ns];
+                st_in[d] = (uint8_t)in_premarked;
             }
             i++;
         }
@@ -347,6 +365,7 @@ static PyObject *run_walk(const Walk *w) {
     free(st_state);
     free(st_flag);
     free(st_ends);
+    free(st_in);
     if (bad) {
         free(pending);
         free(needs);
@@ -451,6 +470,8 @@ static int wider_slice(const Rows *r, const int64_t *chain, long long length, ui
     const int32_t *first = r->table + 256 * chain[1];
     for (int b = 0; b < 256; b++) wider[b] = first[b] == chain[2];
     for (long long i = 2; i + 1 < length; i++) {
+        /* A looping chain repeats its pairs: a pair checked already needs no second look. */
+        if (chain[i] == chain[i - 1] && chain[i + 1] == chain[i]) continue;
         const int32_t *row = r->table + 256 * chain[i];
         for (int b = 0; b < 256; b++)
             if (wider[b] && row[b] != chain[i + 1]) return 0;
@@ -575,6 +596,123 @@ static PyObject *slice_chain(PyObject *self, PyObject *args) {
     return Py_BuildValue("LLi", length, missing, mode);
 }
 
+/* The tokens whose first byte is in `first` and whose every later byte is outside
+ * `outside`, as bits (bit t % 8 of byte t / 8, `n_bytes` bytes): the tokens a whole slice
+ * chain admits. *reach: the longest of them. 0, or -1 with an exception. */
+static int slice_tokens(const Node *nodes, Py_ssize_t n_nodes, const uint64_t *subtree,
+                        const int32_t *ids, Py_ssize_t n_rows, const int32_t *maxlen,
+                        const uint64_t *first, const uint64_t *outside, uint8_t *bits,
+                        Py_ssize_t n_bytes, int32_t *reach) {
+    int32_t max_depth = n_nodes > 0 ? maxlen[0] : 0;
+    uint8_t *ok = calloc((size_t)max_depth + 1, 1);
+    if (!ok) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    ok[0] = 1;
+    *reach = 0;
+    int bad = 0;
+    Py_ssize_t i = 1;
+    while (i < n_nodes && !bad) {
+        const Node *node = nodes + i;
+        int32_t d = node->depth, byte = node->byte;
+        Py_ssize_t next = node->subtree_end;
+        if (d < 1 || d > max_depth || next <= i || next > n_nodes) { bad = 1; break; }
+        int good = ok[d - 1] && (d == 1 ? (first[byte >> 6] >> (byte & 63)) & 1
+                                        : !((outside[byte >> 6] >> (byte & 63)) & 1));
+        if (!good) {
+            i = next;
+            continue;
+        }
+        const uint64_t *below = subtree + 4 * (size_t)i;
+        int block = !((below[0] & outside[0]) | (below[1] & outside[1]) |
+                      (below[2] & outside[2]) | (below[3] & outside[3]));
+        int32_t hi = block ? node->row_hi : node->row_lo + node->end_count;
+        if (node->row_lo < 0 || hi > n_rows) { bad = 1; break; }
+        for (int32_t r = node->row_lo; r < hi; r++) {
+            int32_t t = ids[r];
+            if (t < 0 || t >= 8 * n_bytes) { bad = 1; break; }
+            bits[t >> 3] |= (uint8_t)(1u << (t & 7));
+        }
+        if (block) {
+            if (maxlen[i] > *reach) *reach = maxlen[i];
+            i = next;
+            continue;
+        }
+        if (node->end_count && d > *reach) *reach = d;
+        ok[d] = 1;
+        i++;
+    }
+    free(ok);
+    if (bad) {
+        PyErr_SetString(PyExc_IndexError, "slice_tokens: node, row or token id out of range");
+        return -1;
+    }
+    return 0;
+}
+
+/* Mark the tokens a whole slice chain admits from `base` in `allowed`, from the memo `slices`
+ * (bytes of the first-byte set and the outside set -> (bits, reach)), computed on a miss:
+ * they depend on the vocabulary and the two byte sets only, so every grammar and state with
+ * the same slice (a JSON string's characters) shares them, and the walk skips them. The
+ * first-byte set is what leads from `base` to the chain's second state. 1 done (first_out and
+ * *reach set), 0 not applicable, -1 with an exception. */
+#define SLICE_MEMO_LIMIT 64 /* slices remembered per vocabulary (a few KB each) */
+
+static int premark_slice(PyObject *slices, const int32_t *base_row, int64_t second,
+                         const uint64_t *outside, const Node *nodes, Py_ssize_t n_nodes,
+                         const uint64_t *subtree, const int32_t *ids, Py_ssize_t n_rows,
+                         const int32_t *maxlen, uint8_t *allowed, Py_ssize_t n_bytes,
+                         uint64_t *first_out, int32_t *reach) {
+    if (slices == Py_None || !PyDict_Check(slices)) return 0;
+    uint64_t key[8];
+    memset(key, 0, sizeof(key));
+    for (int b = 0; b < 256; b++)
+        if (base_row[b] == second) key[b >> 6] |= (uint64_t)1 << (b & 63);
+    memcpy(key + 4, outside, 32);
+    PyObject *key_obj = PyBytes_FromStringAndSize((const char *)key, sizeof(key));
+    if (!key_obj) return -1;
+    PyObject *got = PyDict_GetItemWithError(slices, key_obj); /* borrowed */
+    if (!got && PyErr_Occurred()) {
+        Py_DECREF(key_obj);
+        return -1;
+    }
+    if (!got) {
+        PyObject *bits = PyBytes_FromStringAndSize(NULL, n_bytes);
+        if (!bits) {
+            Py_DECREF(key_obj);
+            return -1;
+        }
+        memset(PyBytes_AS_STRING(bits), 0, (size_t)n_bytes);
+        int32_t r = 0;
+        if (slice_tokens(nodes, n_nodes, subtree, ids, n_rows, maxlen, key, outside,
+                         (uint8_t *)PyBytes_AS_STRING(bits), n_bytes, &r) < 0) {
+            Py_DECREF(bits);
+            Py_DECREF(key_obj);
+            return -1;
+        }
+        got = Py_BuildValue("(Ni)", bits, (int)r);
+        if (got && PyDict_GET_SIZE(slices) >= SLICE_MEMO_LIMIT) PyDict_Clear(slices);
+        if (!got || PyDict_SetItem(slices, key_obj, got) < 0) {
+            Py_XDECREF(got);
+            Py_DECREF(key_obj);
+            return -1;
+        }
+        Py_DECREF(got); /* the dict holds it */
+    }
+    Py_DECREF(key_obj);
+    PyObject *bits = PyTuple_GET_ITEM(got, 0);
+    if (!PyBytes_Check(bits) || PyBytes_GET_SIZE(bits) != n_bytes) {
+        PyErr_SetString(PyExc_ValueError, "slice_tokens: memo for another vocabulary size");
+        return -1;
+    }
+    const uint8_t *src = (const uint8_t *)PyBytes_AS_STRING(bits);
+    for (Py_ssize_t k = 0; k < n_bytes; k++) allowed[k] |= src[k];
+    *reach = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(got, 1));
+    memcpy(first_out, key, 32);
+    return 1;
+}
+
 /* cold_walk(table, filled, finishes, nodes, subtree_bytes, ids, maxlen, allowed, follow, base,
  *           horizon, min_bytes, core, context[, limit]) -> (pending, needs, reached) or None
  *
@@ -590,10 +728,11 @@ static PyObject *cold_walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objs[9];
     PyObject *core, *ctx;
+    PyObject *slices = Py_None;
     long long base, horizon, min_bytes, limit = -1;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOLLLOO|L", &objs[0], &objs[1], &objs[2], &objs[3],
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOLLLOO|LO", &objs[0], &objs[1], &objs[2], &objs[3],
                           &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &base, &horizon,
-                          &min_bytes, &core, &ctx, &limit))
+                          &min_bytes, &core, &ctx, &limit, &slices))
         return NULL;
     if (limit < 0 || limit > horizon) limit = horizon;
     if (core == Py_None) {
@@ -650,6 +789,18 @@ static PyObject *cold_walk(PyObject *self, PyObject *args) {
         goto done;
     }
     int64_t start[3] = {0, base, 0};
+    /* A chain longer than every token that starts at the base (mode 1) admits a fixed set of
+     * tokens: premarked from the memo, the walk only visits the others. */
+    uint64_t first[4];
+    int32_t premarked_reach = 0;
+    int premarked = 0;
+    if (mode == 1 && n_nodes > 0 && length > ((const int32_t *)bufs[6].b.buf)[0] && length >= 2) {
+        premarked = premark_slice(slices, (const int32_t *)bufs[0].b.buf + 256 * base, chain[1],
+                                  outside, bufs[3].b.buf, n_nodes, bufs[4].b.buf, bufs[5].b.buf,
+                                  bufs[5].b.len / 4, bufs[6].b.buf, bufs[7].b.buf,
+                                  bufs[7].b.len, first, &premarked_reach);
+        if (premarked < 0) goto done;
+    }
     Walk w = {
         .table = bufs[0].b.buf, .filled = bufs[1].b.buf, .finishes = bufs[2].b.buf,
         .n_states = n_states, .nodes = bufs[3].b.buf, .subtree = bufs[4].b.buf,
@@ -657,7 +808,8 @@ static PyObject *cold_walk(PyObject *self, PyObject *args) {
         .n_rows = bufs[5].b.len / 4, .chain = chain, .chain_len = length, .outside = outside,
         .use_slice = length > 0, .pending_in = start, .n_in = 1, .allowed = bufs[7].b.buf,
         .n_ids = 8 * bufs[7].b.len, .only = NULL, .n_only = 0, .follow = bufs[8].b.buf,
-        .core = core, .ctx = ctx};
+        .core = core, .ctx = ctx, .premarked_first = premarked ? first : NULL,
+        .premarked_reach = premarked_reach};
     result = run_walk(&w);
 done:
     free(chain);

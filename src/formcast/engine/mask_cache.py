@@ -138,7 +138,7 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
         got = None if limit < 0 else _trie_walk.cold_walk(
             dense.table, dense.filled_bytes, dense.finishes_bytes, flat.nodes,
             flat.subtree_bytes, flat.ids, flat.maxlen, allowed, follow, base, trie.max_len,
-            SLICE_MIN_BYTES, core, context, limit)
+            SLICE_MIN_BYTES, core, context, limit, flat.slice_tokens)
         if got is not None and not got[0]:
             needs = np.frombuffer(got[1], dtype=np.int64) if got[1] else _EMPTY_INT64
             return StateVerdict(allowed, needs, got[2])

@@ -181,6 +181,10 @@ class FlatTrie:
         self.n_nodes = total
         self.ids = trie.ids.astype(np.int32)
         self.subtree_bytes = np.ascontiguousarray(_subtree_bytes(trie, counts)[order])
+        # The tokens a whole slice chain admits, by (first bytes, bytes outside the slice):
+        # filled and read by the C walk (premark_slice in _trie_walk.c). They depend on the
+        # vocabulary alone, so every grammar shares them, as a JSON string's characters.
+        self.slice_tokens: dict[bytes, tuple[bytes, int]] = {}
 
 
 def _subtree_bytes(trie: TokenTrie, counts: list[int]) -> np.ndarray:
