@@ -251,3 +251,43 @@ def test_an_array_item_rule_used_twice_is_inlined_however_large():
     assert len(nfa.eps) > 2 * 6000
     _, _, order, _ = build_nfa(_big_rule_grammar(3))
     assert order == ["root", "item"]
+
+
+@pytest.mark.parametrize("gbnf, first, later", [
+    # a JSON array of objects: after "[" and after "," the item starts in the same state
+    ('root ::= "[" item ("," item)* "]"\nitem ::= "{\\"a\\":" [0-9]+ "}"', b"[", b'[{"a":1},'),
+    # an object's members (inside the first key and a later one: after "{" the object may
+    # also close, after "," not), the member spelled in several items
+    ('root ::= "{" ( key ":" val ("," key ":" val)* )? "}"\n'
+     'key ::= "\\"" [a-z]+ "\\""\nval ::= [0-9]+ | "true"', b'{"', b'{"ab":true,"'),
+])
+def test_a_list_s_first_and_later_elements_share_their_states(gbnf, first, later):
+    """``X (S X)*`` is built as one copy of X with S leading back to it: the first element
+    and every later one are the same automaton states, so their masks are computed once and
+    the item is compiled once."""
+    from formcast.engine.vocab import Vocabulary
+
+    vocab = Vocabulary.from_tokens([b""] + [bytes([c]) for c in range(32, 127)], eos_ids=[0])
+    from formcast.engine.matcher import Matcher
+
+    m = Matcher(Grammar.from_gbnf(gbnf), vocab)
+    assert m.accept_bytes(first)
+    at_first = m.state
+    m.reset()
+    assert m.accept_bytes(later)
+    assert m.state == at_first
+
+
+@pytest.mark.parametrize("text, ok", [
+    (b"ab", True), (b"a,b", True), (b"a1,b", True), (b"a,,b", True), (b"a1,,2b", True),
+    (b"ab,", False), (b"a,1", False), (b"b", False), (b"a1b", True), (b"a12,b", False),
+])
+def test_a_separated_list_keeps_its_language(text, ok):
+    """Head, nullable X and separator: the loop accepts exactly ``a X ("," X)* b``."""
+    from formcast.engine.vocab import Vocabulary
+
+    vocab = Vocabulary.from_tokens([b""] + [bytes([c]) for c in b"ab12,"], eos_ids=[0])
+    from formcast.engine.matcher import Matcher
+
+    m = Matcher(Grammar.from_gbnf('root ::= "a" x ("," x)* "b"\nx ::= [0-9]?'), vocab)
+    assert (m.accept_bytes(text) and m.is_accepting()) == ok

@@ -119,10 +119,18 @@ def grammars(draw, pool: str = POOL, max_rules: int = 4, max_leaves: int = MAX_L
         large = st.integers(0, 9).flatmap(
             lambda lo: st.tuples(st.just(lo), st.integers(max(lo, 8), max(lo, 8) + 4)))
         bounds = st.one_of(small, small, large)
+        # X (S X)*, a list with separators: the engine builds one copy of X with S looping
+        # back (a separate code path too)
+        separated = st.builds(
+            lambda head, x, sep: Seq(head + x + (Repeat(Seq(sep + x)),)),
+            st.lists(children, max_size=1).map(tuple),
+            st.lists(children, min_size=1, max_size=2).map(tuple),
+            st.lists(children, min_size=1, max_size=2).map(tuple))
         return st.one_of(
             items.map(Seq), items.map(Seq),
             alternatives.map(Choice), alternatives.map(Choice),
             st.builds(lambda item, b: Repeat(item, b[0], b[1]), children, bounds),
+            separated,
         )
 
     expr = st.recursive(leaf, extend, max_leaves=max_leaves)

@@ -300,6 +300,22 @@ class LazyRepeat:
 # ----------------------------------------------------------------------------- call rules
 
 
+def _separated_loop(items: tuple[Expr, ...]) -> tuple[int, int] | None:
+    """``(at, k)`` when ``items[at]`` is ``(S X)*`` with S not empty and X the ``k`` items
+    right before it (``X ("," X)*``, the shape of every JSON list), longest X first; None
+    otherwise."""
+    for at in range(1, len(items)):
+        rep = items[at]
+        if not (isinstance(rep, Repeat) and rep.min == 0 and rep.max is None
+                and isinstance(rep.item, Seq)):
+            continue
+        body = rep.item.items
+        for k in range(min(at, len(body) - 1), 0, -1):
+            if body[-k:] == items[at - k:at]:
+                return at, k
+    return None
+
+
 def _reference_counts(rules: Mapping[str, Expr]) -> dict[str, int]:
     """How many times each rule is referenced in all rule bodies together."""
     counts: dict[str, int] = {}
@@ -471,11 +487,11 @@ class _Builder:
             if not e.items:
                 nfa.eps[start].append(end - start)
                 return
-            cur = start
-            for i, item in enumerate(e.items):
-                nxt = end if i == len(e.items) - 1 else nfa.new_state()
-                self._build(item, cur, nxt, path)
-                cur = nxt
+            loop = _separated_loop(e.items)
+            if loop is not None:
+                self._build_separated(e.items, *loop, start, end, path)
+                return
+            self._build_chain(e.items, start, end, path)
         elif isinstance(e, Choice):
             self.may_die |= not e.items
             literals = [item.data for item in e.items if isinstance(item, Literal)]
@@ -493,6 +509,36 @@ class _Builder:
             self._build_ref(e.name, start, end, path)
         else:
             raise GrammarError(f"unknown IR node {e!r}")
+
+    def _build_chain(self, items: tuple[Expr, ...], start: int, end: int,
+                     path: tuple[str, ...]) -> None:
+        """The items one after another from ``start`` to ``end`` (none: an epsilon)."""
+        nfa = self.nfa
+        if not items:
+            nfa.eps[start].append(end - start)
+            return
+        cur = start
+        for i, item in enumerate(items):
+            nxt = end if i == len(items) - 1 else nfa.new_state()
+            self._build(item, cur, nxt, path)
+            cur = nxt
+
+    def _build_separated(self, items: tuple[Expr, ...], at: int, k: int, start: int, end: int,
+                         path: tuple[str, ...]) -> None:
+        """``items``, where ``items[at]`` is ``(S X)*`` and X is the ``k`` items before it,
+        as one copy of X with S leading back to its start. Built as written, a list's first
+        element and the later ones are two copies of X: two sets of DFA states for the same
+        positions, and each of JSON's `"key": value` masks computed twice (after "{" and
+        after ","), with the array item schema compiled twice."""
+        nfa = self.nfa
+        body = items[at].item.items
+        head = nfa.new_state()
+        self._build_chain(items[:at - k], start, head, path)
+        x_start, x_end = nfa.new_state(), nfa.new_state()
+        nfa.eps[head].append(x_start - head)
+        self._build_chain(items[at - k:at], x_start, x_end, path)
+        self._build_chain(body[:-k], x_end, x_start, path)
+        self._build_chain(items[at + 1:], x_end, end, path)
 
     def _build_literal(self, data: bytes, start: int, end: int) -> None:
         """A chain of one state a byte. Its inner states are made in bulk: nothing is ever
