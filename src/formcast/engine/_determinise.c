@@ -1215,17 +1215,131 @@ static int fill_plain(PyObject *core, long sid, int32_t *table, Py_ssize_t rows,
  * for an even one. 1: filled; 0: left to Python (to grow the table, or to refuse the state
  * with its error); -1: an exception is set. */
 static int fill_general(PyObject *core, long sid, PyObject *ctx, int32_t *table,
+                        Py_ssize_t rows, uint8_t *filled, uint8_t *finishes);
+
+/* The parser state entered by the calls of DFA state q alone, numbered in ids/others: its
+ * kernel holds (ret, start of rule) for each call (start of rule alone for a tail call),
+ * memoised per calls tuple in call_rows. -1 with an exception. */
+static long calls_state(Core *c, Closer *k, long q, PyObject *ids, PyObject *others,
+                        PyObject *call_rows) {
+    PyObject *calls = PyList_GET_ITEM(c->calls, q);
+    PyObject *got = PyDict_GetItemWithError(call_rows, calls);
+    if (got) return PyLong_AsLong(got);
+    if (PyErr_Occurred()) return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(calls);
+    PyObject *members = PyList_New(0);
+    if (!members) return -1;
+    long one_frame = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(calls, i);
+        long rule = PyLong_AsLong(PyTuple_GET_ITEM(pair, 0));
+        long ret = PyLong_AsLong(PyTuple_GET_ITEM(pair, 1));
+        if (PyErr_Occurred() || rule < 0 || rule >= PyList_GET_SIZE(k->rule_start)) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "fill_state: rule out of range");
+            Py_DECREF(members);
+            return -1;
+        }
+        long rs = PyLong_AsLong(PyList_GET_ITEM(k->rule_start, rule));
+        int tail = rs == -1 && PyErr_Occurred() ? -1 : only_ends(c, ret);
+        PyObject *stack = tail < 0 ? NULL : tail ? Py_BuildValue("(l)", rs)
+                                                 : Py_BuildValue("(ll)", ret, rs);
+        if (!stack || PyList_Append(members, stack) < 0) {
+            Py_XDECREF(stack);
+            Py_DECREF(members);
+            return -1;
+        }
+        Py_DECREF(stack);
+        if (tail) one_frame = rs;
+    }
+    long sid;
+    PyObject *kernel = PyFrozenSet_New(members);
+    Py_DECREF(members);
+    if (!kernel) return -1;
+    if (PySet_GET_SIZE(kernel) == 1 && one_frame >= 0) {
+        sid = 2 * one_frame; /* a single one-frame stack is numbered 2q, as in DenseStates */
+    } else {
+        PyObject *known = PyDict_GetItemWithError(ids, kernel);
+        if (known) {
+            sid = PyLong_AsLong(known);
+        } else if (PyErr_Occurred()) {
+            sid = -1;
+        } else {
+            sid = 2 * (long)PyList_GET_SIZE(others) + 1;
+            PyObject *id = PyLong_FromLong(sid);
+            if (!id || PyDict_SetItem(ids, kernel, id) < 0 || PyList_Append(others, kernel) < 0)
+                sid = -1;
+            Py_XDECREF(id);
+        }
+    }
+    Py_DECREF(kernel);
+    if (sid < 0) return -1;
+    PyObject *id = PyLong_FromLong(sid);
+    if (!id || PyDict_SetItem(call_rows, calls, id) < 0) {
+        Py_XDECREF(id);
+        return -1;
+    }
+    Py_DECREF(id);
+    return sid;
+}
+
+/* The row of the one-frame state sid = 2q whose DFA state calls rules, without its closure:
+ * the row of its calls' state (calls_state, built once for every DFA state with the same
+ * calls, such as each position of JSON's bounded whitespace before a value) with q's own
+ * byte moves laid over it. 1 filled, 0 not this way (a byte both moves q and enters a call:
+ * the caller builds the whole closure), 2 the table must grow, -1 with an exception. */
+static int fill_by_calls(Core *c, Closer *k, long sid, PyObject *ctx, int32_t *table,
+                         Py_ssize_t rows, uint8_t *filled, uint8_t *finishes, PyObject *ids,
+                         PyObject *others, PyObject *call_rows) {
+    long q = sid / 2;
+    if (ensure_state(c, q) < 0) return -1;
+    PyObject *calls = PyList_GET_ITEM(c->calls, q);
+    if (!PyTuple_Check(calls) || PyTuple_GET_SIZE(calls) == 0) return 0;
+    long ks = calls_state(c, k, q, ids, others, call_rows);
+    if (ks < 0) return -1;
+    if (ks >= rows || 2 * (Py_ssize_t)c->n_states + 2 > rows) return 2;
+    if (!filled[ks]) {
+        int got = ks % 2 == 0 ? fill_plain((PyObject *)c, ks, table, rows, filled, finishes) : 0;
+        if (got < 0) return -1;
+        if (!filled[ks] && fill_general((PyObject *)c, ks, ctx, table, rows, filled, finishes) < 0)
+            return -1;
+        if (!filled[ks]) return 2;
+    }
+    int32_t row[256];
+    memcpy(row, table + 256 * ks, sizeof(row));
+    const int32_t *segs;
+    int32_t n_segs = built_segments(c, q, &segs);
+    for (int32_t i = 0; i < n_segs; i++) {
+        int32_t lo = segs[3 * i], hi = segs[3 * i + 1], t = segs[3 * i + 2];
+        if (2 * (Py_ssize_t)t >= rows) return 2;
+        for (int32_t b = lo; b < hi; b++) {
+            if (row[b] >= 0) return 0;
+            row[b] = 2 * t;
+        }
+    }
+    memcpy(table + 256 * sid, row, sizeof(row));
+    finishes[sid] = (uint8_t)(flag_of(c->accepting, q) || finishes[ks]);
+    filled[sid] = 1;
+    return 1;
+}
+
+/* For the C trie walk: fill_state_raw for parser state sid of a DenseStates whose context is
+ * `ctx` = (ids, others, rule_start, closure_memo, top_memo, max_depth, max_stacks,
+ * memo_limit, call_rows): the state is others[sid // 2] for an odd sid, the one-frame stack
+ * (sid / 2,) for an even one (first tried by fill_by_calls). 1: filled; 0: left to Python (to
+ * grow the table, or to refuse the state with its error); -1: an exception is set. */
+static int fill_general(PyObject *core, long sid, PyObject *ctx, int32_t *table,
                         Py_ssize_t rows, uint8_t *filled, uint8_t *finishes) {
     if (!PyObject_TypeCheck(core, &CoreType)) {
         PyErr_SetString(PyExc_TypeError, "fill_general: not a determiniser Core");
         return -1;
     }
-    PyObject *ids, *others;
+    PyObject *ids, *others, *call_rows;
     Closer k;
     if (!PyTuple_Check(ctx) ||
-        !PyArg_ParseTuple(ctx, "O!O!O!O!O!nnn", &PyDict_Type, &ids, &PyList_Type, &others,
+        !PyArg_ParseTuple(ctx, "O!O!O!O!O!nnnO!", &PyDict_Type, &ids, &PyList_Type, &others,
                           &PyList_Type, &k.rule_start, &PyDict_Type, &k.closure_memo,
-                          &PyDict_Type, &k.top_memo, &k.max_depth, &k.max_stacks, &k.memo_limit)) {
+                          &PyDict_Type, &k.top_memo, &k.max_depth, &k.max_stacks, &k.memo_limit,
+                          &PyDict_Type, &call_rows)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "fill_general: the context is a tuple");
         return -1;
@@ -1244,6 +1358,15 @@ static int fill_general(PyObject *core, long sid, PyObject *ctx, int32_t *table,
         }
         Py_INCREF(state);
     } else {
+        if (sid / 2 >= ((Core *)core)->n_states) {
+            PyErr_SetString(PyExc_IndexError, "fill_general: unknown DFA state");
+            return -1;
+        }
+        int quick = fill_by_calls((Core *)core, &k, sid, ctx, table, rows, filled, finishes,
+                                  ids, others, call_rows);
+        if (quick < 0) return -1;
+        if (quick == 1) return 1;
+        if (quick == 2) return 0;
         PyObject *stack = Py_BuildValue("(l)", sid / 2);
         PyObject *one = stack ? PyTuple_Pack(1, stack) : NULL;
         Py_XDECREF(stack);

@@ -117,6 +117,126 @@ static int load_determinise_api(void) {
     return determinise_api ? 0 : -1;
 }
 
+
+/* ---------------------------------------------------------------- pushed frames
+ *
+ * A token that enters a rule call mid-token (`{"` from a value's start) leads to a parser
+ * state of several frames, one per context the call is made in: (26, 12), (26, 13), ...
+ * for every position of the value inside an array, and again inside an object. Building each
+ * of those (closure and row, Python objects handled from C) was most of a JSON grammar's
+ * slow first masks. While the called frame goes on, though, its row is that of its top
+ * alone, which every context shares. So the walk keeps the frames below the top apart (the
+ * `outer` frames of a depth) and goes on in the one-frame state of the top; where that frame
+ * could end, or a state must be handed to Python, it puts the frames back (`materialize`)
+ * and goes on in the full state. The tokens allowed are the same. */
+
+/* If parser state s (odd: several frames, numbered in ctx) is one stack of two frames or
+ * more, append the frames below its top to outer[*n_outer..] (room: cap) and return the top
+ * DFA state; -1 otherwise (no error set). */
+static long long split_top(PyObject *ctx, int64_t s, int64_t *outer, int32_t *n_outer,
+                           int32_t cap) {
+    PyObject *others = PyTuple_GET_ITEM(ctx, 1);
+    Py_ssize_t at = (Py_ssize_t)(s >> 1);
+    if (!(s & 1) || !PyList_Check(others) || at >= PyList_GET_SIZE(others)) return -1;
+    PyObject *state = PyList_GET_ITEM(others, at);
+    if (!PyFrozenSet_Check(state) || PySet_GET_SIZE(state) != 1) return -1;
+    Py_ssize_t pos = 0;
+    PyObject *stack;
+    Py_hash_t hash;
+    if (!_PySet_NextEntry(state, &pos, &stack, &hash) || !PyTuple_Check(stack)) return -1;
+    Py_ssize_t len = PyTuple_GET_SIZE(stack);
+    int32_t base = *n_outer;
+    if (len < 2 || base + (len - 1) > cap) return -1;
+    for (Py_ssize_t k = 0; k + 1 < len; k++) { /* written past n_outer: scratch until kept */
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(stack, k));
+        if (v < 0) {
+            PyErr_Clear();
+            return -1;
+        }
+        outer[base + k] = v;
+    }
+    long long top = PyLong_AsLongLong(PyTuple_GET_ITEM(stack, len - 1));
+    if (top < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    *n_outer = base + (int32_t)(len - 1);
+    return top;
+}
+
+/* The parser state of the frames outer[:n_outer] below each stack of state s, numbered in
+ * ctx (added to its numbering when new; its row is left unfilled). -1 with an exception. */
+static int64_t materialize(PyObject *ctx, const int64_t *outer, int32_t n_outer, int64_t s) {
+    PyObject *ids = PyTuple_GET_ITEM(ctx, 0), *others = PyTuple_GET_ITEM(ctx, 1);
+    if (!PyDict_Check(ids) || !PyList_Check(others)) {
+        PyErr_SetString(PyExc_TypeError, "trie walk: bad parser-state context");
+        return -1;
+    }
+    PyObject *stacks;
+    if (s & 1) {
+        Py_ssize_t at = (Py_ssize_t)(s >> 1);
+        if (at >= PyList_GET_SIZE(others)) {
+            PyErr_SetString(PyExc_IndexError, "trie walk: unknown parser state");
+            return -1;
+        }
+        stacks = PyList_GET_ITEM(others, at);
+        Py_INCREF(stacks);
+    } else {
+        PyObject *stack = Py_BuildValue("(L)", (long long)(s >> 1));
+        stacks = stack ? PyTuple_Pack(1, stack) : NULL;
+        Py_XDECREF(stack);
+        if (!stacks) return -1;
+    }
+    PyObject *members = PyList_New(0), *it = members ? PyObject_GetIter(stacks) : NULL;
+    Py_DECREF(stacks);
+    if (!it) {
+        Py_XDECREF(members);
+        return -1;
+    }
+    PyObject *stack;
+    int bad = 0;
+    while (!bad && (stack = PyIter_Next(it))) {
+        Py_ssize_t len = PyTuple_Check(stack) ? PyTuple_GET_SIZE(stack) : -1;
+        PyObject *full = len >= 0 ? PyTuple_New(n_outer + len) : NULL;
+        if (!full) bad = 1;
+        for (int32_t k = 0; !bad && k < n_outer; k++) {
+            PyObject *x = PyLong_FromLongLong(outer[k]);
+            if (!x) bad = 1;
+            else PyTuple_SET_ITEM(full, k, x);
+        }
+        for (Py_ssize_t k = 0; !bad && k < len; k++) {
+            PyObject *x = PyTuple_GET_ITEM(stack, k);
+            Py_INCREF(x);
+            PyTuple_SET_ITEM(full, n_outer + k, x);
+        }
+        if (!bad && PyList_Append(members, full) < 0) bad = 1;
+        Py_XDECREF(full);
+        Py_DECREF(stack);
+    }
+    Py_DECREF(it);
+    if (bad || PyErr_Occurred()) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "trie walk: stacks are tuples");
+        Py_DECREF(members);
+        return -1;
+    }
+    PyObject *kernel = PyFrozenSet_New(members);
+    Py_DECREF(members);
+    if (!kernel) return -1;
+    int64_t sid = -1;
+    PyObject *known = PyDict_GetItemWithError(ids, kernel);
+    if (known) {
+        sid = PyLong_AsLongLong(known);
+    } else if (!PyErr_Occurred()) {
+        sid = 2 * (int64_t)PyList_GET_SIZE(others) + 1;
+        PyObject *id = PyLong_FromLongLong(sid);
+        if (!id || PyDict_SetItem(ids, kernel, id) < 0 || PyList_Append(others, kernel) < 0)
+            sid = -1;
+        Py_XDECREF(id);
+    }
+    Py_DECREF(kernel);
+    return sid;
+}
+
 /* One walk's arrays, as raw pointers (the caller holds their buffers). */
 typedef struct {
     int32_t *table;
@@ -228,17 +348,24 @@ static PyObject *run_walk(const Walk *w) {
     uint8_t *st_ends = calloc((size_t)max_depth + 1, 1);
     /* st_in[d]: the path to depth d is a prefix of a premarked slice token */
     uint8_t *st_in = calloc((size_t)max_depth + 1, 1);
+    /* st_olen[d]: how many frames of `outer` lie below st_state[d] (see split_top) */
+    int32_t *st_olen = calloc((size_t)max_depth + 1, sizeof(int32_t));
+    int32_t outer_cap = 8 * (max_depth + 1) + 64;
+    int64_t *outer = malloc(sizeof(int64_t) * (size_t)outer_cap);
+    int split = fill_inline && PyTuple_Check(ctx) && PyTuple_GET_SIZE(ctx) >= 2;
     const uint64_t *premarked_first = w->premarked_first;
     Py_ssize_t pending_cap = 64, n_pending = 0;
     int64_t *pending = malloc(sizeof(int64_t) * 3 * (size_t)pending_cap);
     /* Tokens needing the context are few: collected as ids, not marked in an array. */
     Py_ssize_t needs_cap = 64, n_needs = 0;
     int64_t *needs = malloc(sizeof(int64_t) * (size_t)needs_cap);
-    if (!st_state || !st_flag || !st_ends || !st_in || !pending || !needs) {
+    if (!st_state || !st_flag || !st_ends || !st_in || !st_olen || !outer || !pending || !needs) {
         free(st_state);
         free(st_flag);
         free(st_ends);
         free(st_in);
+        free(st_olen);
+        free(outer);
         free(pending);
         free(needs);
         return PyErr_NoMemory();
@@ -291,6 +418,7 @@ static PyObject *run_walk(const Walk *w) {
         st_flag[d0] = flag;
         st_ends[d0] = d0 > 0 && finishes[s];
         st_in[d0] = premarked_first && d0 == 0;
+        st_olen[d0] = 0;
         if (g + 1 < end && d0 + 1 > reached) reached = d0 + 1;
         int32_t i = (int32_t)g + 1;
         while (i < end) {
@@ -316,7 +444,7 @@ static PyObject *run_walk(const Walk *w) {
             int out_of_slice = use_slice && (outside[byte >> 6] >> (byte & 63)) & 1;
             /* Whether the tokens here are premarked: the path's first byte starts one and
              * every byte after it is a slice byte. */
-            int in_premarked = premarked_first && st_in[d - 1] &&
+            int in_premarked = premarked_first && st_in[d - 1] && st_olen[d - 1] == 0 &&
                                (d == 1 ? (premarked_first[byte >> 6] >> (byte & 63)) & 1
                                        : !out_of_slice);
             if (!in_premarked) ALLOW(node->row_lo, node->row_lo + node->end_count)
@@ -324,7 +452,7 @@ static PyObject *run_walk(const Walk *w) {
             if (out_of_slice) child_flag |= 2;
             /* On the chain: its state says so, or (for a chain known to repeat, whose later
              * entries are -1) every byte so far was a slice byte. */
-            int on_chain = use_slice && d < chain_len &&
+            int on_chain = use_slice && d < chain_len && st_olen[d - 1] == 0 &&
                            (chain[d] >= 0 ? ns == chain[d] : !(child_flag & 2));
             if (on_chain && maxlen[i] < chain_len) {
                 const uint64_t *below = subtree + 4 * (size_t)i;
@@ -339,9 +467,36 @@ static PyObject *run_walk(const Walk *w) {
             }
             if (next > i + 1) { /* it has children: walk them in state ns */
                 if (ns >= n_states || d >= max_depth) { bad = 1; break; }
-                FILL_INLINE(ns)
-                if (!filled[ns]) {
-                    if (!push3(&pending, &pending_cap, &n_pending, i, ns, child_flag)) {
+                int64_t s = ns;
+                int32_t olen = st_olen[d - 1];
+                if (split && (s & 1) && !filled[s]) {
+                    /* a call entered mid-token: go on in its top's one-frame state */
+                    int32_t grown = olen;
+                    int got = 0;
+                    Py_BLOCK_THREADS
+                    long long top = split_top(ctx, s, outer, &grown, outer_cap);
+                    if (top >= 0 && 2 * top < n_states)
+                        got = ensure_row(core, ctx, 2 * top, table, n_states, filled, finishes);
+                    Py_UNBLOCK_THREADS
+                    if (got < 0) { bad = 3; break; }
+                    if (got == 1) {
+                        s = 2 * top;
+                        olen = grown;
+                    }
+                }
+                FILL_INLINE(s)
+                if (olen > 0 && (!filled[s] || finishes[s])) {
+                    /* The called frame could end here (the frames below decide what may
+                     * follow), or Python must fill the state: the whole state again. */
+                    Py_BLOCK_THREADS
+                    s = materialize(ctx, outer, olen, s);
+                    Py_UNBLOCK_THREADS
+                    if (s < 0) { bad = 3; break; }
+                    olen = 0;
+                    if (s < n_states) FILL_INLINE(s)
+                }
+                if (s >= n_states || !filled[s]) {
+                    if (!push3(&pending, &pending_cap, &n_pending, i, s, child_flag)) {
                         bad = 2;
                         break;
                     }
@@ -349,10 +504,11 @@ static PyObject *run_walk(const Walk *w) {
                     continue;
                 }
                 if (d + 1 > reached) reached = d + 1;
-                st_state[d] = ns;
+                st_state[d] = s;
+                st_olen[d] = olen;
                 st_flag[d] = child_flag;
-                st_ends[d] = finishes[ns];
-                st_in[d] = (uint8_t)in_premarked;
+                st_ends[d] = olen == 0 && finishes[s];
+                st_in[d] = (uint8_t)(in_premarked && olen == 0);
             }
             i++;
         }
@@ -366,6 +522,8 @@ static PyObject *run_walk(const Walk *w) {
     free(st_flag);
     free(st_ends);
     free(st_in);
+    free(st_olen);
+    free(outer);
     if (bad) {
         free(pending);
         free(needs);

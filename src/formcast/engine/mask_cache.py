@@ -177,6 +177,7 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
         if not raw:
             break
         pending = np.frombuffer(raw, dtype=np.int64)
+        dense.fit_numbered()  # the walk may have numbered states past the table
         dense.ensure_rows(pending[1::3])
     return StateVerdict(allowed, np.frombuffer(b"".join(needs), dtype=np.int64), depth)
 

@@ -219,9 +219,12 @@ class DenseStates:
         # What the C determiniser needs to build any state's row (Core.fill_state, and the C
         # trie walk through fill_general): the numbering and the parser's own memo dicts, so
         # both sides share one closure and one numbering. Their identities never change.
-        self.native_context = (self.ids, self._others, parser.auto.rule_start,
-                               parser._closure_memo, parser._top_memo, MAX_STACK_DEPTH,
-                               MAX_PARSE_STACKS, _MEMO_LIMIT)
+        self._closure_context = (self.ids, self._others, parser.auto.rule_start,
+                                 parser._closure_memo, parser._top_memo, MAX_STACK_DEPTH,
+                                 MAX_PARSE_STACKS, _MEMO_LIMIT)
+        # The walk's also holds: calls tuple of a DFA state -> the state its calls alone
+        # enter, whose row every DFA state with those calls starts from (fill_by_calls, C).
+        self.native_context = self._closure_context + ({},)
 
     def _byte_views(self) -> None:
         # The flags as uint8, for the C walk: made once per array, not per call (~0.5 us).
@@ -262,6 +265,10 @@ class DenseStates:
         self.ids[state] = sid
         self._others.append(state)
         return sid
+
+    def fit_numbered(self) -> None:
+        """Make room in the table for every state numbered so far."""
+        self._fit()
 
     def _fit(self, rows: int = 0) -> None:
         """Make room for ``rows`` rows and for every state a filled row can lead to (the
@@ -322,7 +329,7 @@ class DenseStates:
         while True:
             self._fit(2 * (len(self._others) + 257) + 2)
             done = core.fill_state(sid, self.state(sid), self.table, self.filled, self.finishes,
-                                   *self.native_context)
+                                   *self._closure_context)
             if done != 2:  # 2: the closure built states past the table; grow it, go again
                 return done == 1
 
