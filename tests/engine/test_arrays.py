@@ -35,3 +35,15 @@ def test_rows_of_sorts_few_ids_as_it_marks_many(ids):
     wanted = {t for part in ids for t in part if 0 <= t < len(tokens) and tokens[t]}
     assert sorted(trie.ids[few].tolist()) == sorted(wanted)
     assert np.all(np.diff(few) > 0)
+
+
+@given(ids=st.lists(st.integers(0, 62), max_size=40))
+def test_rows_of_walked_ids_are_rows_of_them(ids):
+    """Token ids as a walk reports them (usually in trie order, confirmed instead of sorted):
+    the rows ``rows_of`` gives, whatever their order, repeats or empty tokens."""
+    tokens = [b"", b"a", b"ab", b"b", b"ba", b"\xff", b"abc"] * 9
+    trie = TokenTrie(tokens, len(tokens))
+    array = np.array(ids, dtype=np.int64)
+    assert np.array_equal(trie.rows_of_walked(array), trie.rows_of(array))
+    in_order = trie.ids[trie.rows_of(array)]  # the walk's own order
+    assert np.array_equal(trie.rows_of_walked(in_order), trie.rows_of(in_order))

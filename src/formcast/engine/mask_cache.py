@@ -578,7 +578,9 @@ class MaskCache:
             # whole state, where every frame below is known. The walk is exact for any token
             # it reaches and goes only where those tokens are; every other token was already
             # decided by its kernel's verdict.
-            mask |= self._full_walk(state, self.table.trie.rows_of(*needs)).allowed
+            trie = self.table.trie
+            rows = trie.rows_of_walked(needs[0]) if len(needs) == 1 else trie.rows_of(*needs)
+            mask |= self._full_walk(state, rows).allowed
         if eos:
             set_bits(mask, self.table.eos_ids, True)
         return mask

@@ -100,6 +100,15 @@ class TokenTrie:
         marked[rows] = True
         return np.flatnonzero(marked)
 
+    def rows_of_walked(self, token_ids: np.ndarray) -> np.ndarray:
+        """``rows_of`` for token ids as one walk reports them: valid, and usually already in
+        trie order (the walk visits rows in order), which a comparison confirms instead of a
+        sort (~10 us a several-frame cold mask)."""
+        rows = self._row_of_id[token_ids]
+        if rows.size == 0 or (rows[0] >= 0 and (rows.size == 1 or bool((rows[1:] > rows[:-1]).all()))):
+            return rows
+        return self.rows_of(token_ids)
+
     def rows_at_least(self, length: int) -> np.ndarray:
         """The sorted trie rows of tokens of ``length`` bytes or more (memoised)."""
         got = self._long_rows.get(length)
