@@ -105,7 +105,8 @@ def _distinct_items(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr | None:
     if inner.values is None or inner.groups or inner.nots:
         return None
     c.seen.update(inner.seen)
-    values = [v for v in inner.values if c.valid(v, inner)]
+    valid = c.checker(inner)
+    values = [v for v in inner.values if valid(v)]
     if len(values) > MAX_UNIQUE_VALUES:
         return None
     limit = 5 if c.options.property_order == "any" else 0

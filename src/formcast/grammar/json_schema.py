@@ -28,7 +28,7 @@ import json
 import re
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -441,7 +441,8 @@ class SchemaCompiler:
         if conj.false:
             return "none"
         if conj.values is not None:
-            keys = [v for v in conj.values if isinstance(v, str) and self.valid(v, conj)]
+            valid = self.checker(conj)
+            keys = [v for v in conj.values if isinstance(v, str) and valid(v)]
             if not keys:
                 return "none"
             return charfa.minimize(charfa.from_expr(union(lit(k) for k in keys)))
@@ -621,39 +622,49 @@ class SchemaCompiler:
     def _finite(self, conj: Conj) -> Expr:
         assert conj.values is not None
         keep = []
+        valid = self.checker(conj)
+        dfas, excluded = conj.string_dfas, conj.excluded_numbers
         for v in conj.values:
-            if isinstance(v, str) and not all(d.accepts(v) for d in conj.string_dfas):
+            if isinstance(v, str):
+                if dfas and not all(d.accepts(v) for d in dfas):
+                    continue
+            elif excluded and json_type(v) in ("number", "integer") and any(
+                    to_decimal(v) == x for x in excluded):
                 continue
-            if json_type(v) in ("number", "integer") and any(
-                    to_decimal(v) == x for x in conj.excluded_numbers):
-                continue
-            if self.valid(v, conj):
+            if valid(v):
                 keep.append(v)
         limit = 5 if self.options.property_order == "any" else 0
         return union(value_literal(v, self.ws, limit) for v in keep) if keep else NOTHING
 
-    def valid(self, value: Any, conj: Conj) -> bool:
-        """Whether ``value`` satisfies every source schema of ``conj`` (by ``jsonschema``).
+    def checker(self, conj: Conj) -> Callable[[Any], bool]:
+        """Whether a value satisfies every source schema of ``conj`` (by ``jsonschema``), as a
+        function: what does not depend on the value is worked out once (a 700-value enum spent
+        most of its compile redoing it per value).
 
         Sources made only of enum/const/type were already applied when the value list was
         intersected, so only the type is checked for them (a 5,000-value enum would otherwise
         cost jsonschema's quadratic enum check)."""
-        if conj.types is not None and json_type(value) not in expand_types(conj.types) | (
-                {"number"} if "number" in conj.types else set()):
-            return False
-        for schema, loc in conj.sources:
-            if isinstance(schema, dict) and all(
-                    k in ("enum", "const", "type") or k not in CONSTRAINTS for k in schema):
-                continue
-            validator = self._validator(loc.pointer)
-            try:
-                if not validator.is_valid(value):
-                    return False
-            except Exception as exc:  # unresolvable refs, recursion: keep the value, say so
-                self.report(join_pointer(loc.pointer, "enum"), "enum",
-                            f"could not check enum values against the rest of the schema "
-                            f"({type(exc).__name__}); all listed values are accepted")
-        return True
+        types = None if conj.types is None else (
+            expand_types(conj.types) | ({"number"} if "number" in conj.types else set()))
+        checked = [(schema, loc) for schema, loc in conj.sources if not (
+            isinstance(schema, dict) and all(
+                k in ("enum", "const", "type") or k not in CONSTRAINTS for k in schema))]
+
+        def valid(value: Any) -> bool:
+            if types is not None and json_type(value) not in types:
+                return False
+            for _, loc in checked:
+                validator = self._validator(loc.pointer)
+                try:
+                    if not validator.is_valid(value):
+                        return False
+                except Exception as exc:  # unresolvable refs, recursion: keep the value, say so
+                    self.report(join_pointer(loc.pointer, "enum"), "enum",
+                                f"could not check enum values against the rest of the schema "
+                                f"({type(exc).__name__}); all listed values are accepted")
+            return True
+
+        return valid
 
     def _validator(self, pointer: str) -> Any:
         got = self._validators.get(pointer)
