@@ -57,22 +57,33 @@ def _verdicts_agree(compiled, state) -> None:
 
 @needs_native
 @fuzz_settings(60)
-@given(grammar=grammars(), data=st.data())
-def test_c_and_numpy_walks_agree_on_random_grammars(grammar, data):
-    vocab = data.draw(synthetic_vocabs(grammar))
-    m = matcher_or_reject(grammar, vocab)
+def _walk_randomly(m, vocab, data, visit=None, steps: int = 6) -> bool:
+    """Up to ``steps`` tokens along a random allowed path, calling ``visit(state)`` before
+    each mask; False when the grammar turned out too ambiguous to parse."""
     try:
-        for _ in range(6):
-            state = m.state
-            _verdicts_agree(m.compiled, state)
-            for frame in state:  # the one-frame walks behind the per-position verdicts
-                _verdicts_agree(m.compiled, frozenset(((frame[-1],),)))
+        for _ in range(steps):
+            if visit is not None:
+                visit(m.state)
             mask = m.next_token_mask()
             if not mask[2:].any():
                 break
             assert m.accept_token(pick_token(data, mask, vocab))
     except AmbiguousGrammarError:
-        pass
+        return False
+    return True
+
+
+@given(grammar=grammars(), data=st.data())
+def test_c_and_numpy_walks_agree_on_random_grammars(grammar, data):
+    vocab = data.draw(synthetic_vocabs(grammar))
+    m = matcher_or_reject(grammar, vocab)
+
+    def both_walks(state) -> None:
+        _verdicts_agree(m.compiled, state)
+        for frame in state:  # the one-frame walks behind the per-position verdicts
+            _verdicts_agree(m.compiled, frozenset(((frame[-1],),)))
+
+    _walk_randomly(m, vocab, data, both_walks)
 
 
 def _rows_match_whole_closures(compiled) -> int:
@@ -104,15 +115,8 @@ def test_rows_the_walk_builds_are_those_of_the_whole_closure(grammar, data):
     own moves laid over it: each such row is the one built from the state's whole closure."""
     vocab = data.draw(synthetic_vocabs(grammar))
     m = matcher_or_reject(grammar, vocab)
-    try:
-        for _ in range(6):
-            mask = m.next_token_mask()
-            if not mask[2:].any():
-                break
-            assert m.accept_token(pick_token(data, mask, vocab))
-    except AmbiguousGrammarError:
-        return
-    _rows_match_whole_closures(m.compiled)
+    if _walk_randomly(m, vocab, data):
+        _rows_match_whole_closures(m.compiled)
 
 
 @needs_native

@@ -1032,6 +1032,21 @@ static PyObject *core_write_plain_row(Core *c, PyObject *args) {
  * `ids` (frozenset -> odd id) or numbered 2 * len(others) + 1 and appended to `others`. The
  * caller leaves room in the table for every state this can number. 0, or -1 with an
  * exception set. */
+/* The number of parser state `kernel` (several frames or stacks) in a DenseStates' numbering:
+ * ids maps a state to its odd number, others lists the states in number order. Numbered when
+ * new. -1 with an exception. */
+static long number_state(PyObject *ids, PyObject *others, PyObject *kernel) {
+    PyObject *known = PyDict_GetItemWithError(ids, kernel);
+    if (known) return PyLong_AsLong(known);
+    if (PyErr_Occurred()) return -1;
+    long sid = 2 * (long)PyList_GET_SIZE(others) + 1;
+    PyObject *id = PyLong_FromLong(sid);
+    if (!id || PyDict_SetItem(ids, kernel, id) < 0 || PyList_Append(others, kernel) < 0)
+        sid = -1;
+    Py_XDECREF(id);
+    return sid;
+}
+
 static int fill_row_raw(Core *c, PyObject *stacks, long sid, int32_t *table,
                         Py_ssize_t table_rows, uint8_t *filled, PyObject *ids, PyObject *others) {
     Py_ssize_t n = PyList_GET_SIZE(stacks);
@@ -1132,29 +1147,10 @@ static int fill_row_raw(Core *c, PyObject *stacks, long sid, int32_t *table,
                     PyObject *kernel = PyFrozenSet_New(members);
                     Py_DECREF(members);
                     if (!kernel) goto done;
-                    PyObject *known = PyDict_GetItemWithError(ids, kernel);
-                    if (known) {
-                        long v = PyLong_AsLong(known);
-                        if (v == -1 && PyErr_Occurred()) {
-                            Py_DECREF(kernel);
-                            goto done;
-                        }
-                        got = (int32_t)v;
-                    } else if (PyErr_Occurred()) {
-                        Py_DECREF(kernel);
-                        goto done;
-                    } else {
-                        got = (int32_t)(2 * PyList_GET_SIZE(others) + 1);
-                        PyObject *id = PyLong_FromLong(got);
-                        int bad = !id || PyDict_SetItem(ids, kernel, id) < 0 ||
-                                  PyList_Append(others, kernel) < 0;
-                        Py_XDECREF(id);
-                        if (bad) {
-                            Py_DECREF(kernel);
-                            goto done;
-                        }
-                    }
+                    long v = number_state(ids, others, kernel);
                     Py_DECREF(kernel);
+                    if (v < 0) goto done;
+                    got = (int32_t)v;
                 }
                 if (got >= table_rows) {
                     PyErr_SetString(PyExc_IndexError, "fill_row: no room for a new state");
@@ -1255,22 +1251,10 @@ static long calls_state(Core *c, Closer *k, long q, PyObject *ids, PyObject *oth
     PyObject *kernel = PyFrozenSet_New(members);
     Py_DECREF(members);
     if (!kernel) return -1;
-    if (PySet_GET_SIZE(kernel) == 1 && one_frame >= 0) {
+    if (PySet_GET_SIZE(kernel) == 1 && one_frame >= 0)
         sid = 2 * one_frame; /* a single one-frame stack is numbered 2q, as in DenseStates */
-    } else {
-        PyObject *known = PyDict_GetItemWithError(ids, kernel);
-        if (known) {
-            sid = PyLong_AsLong(known);
-        } else if (PyErr_Occurred()) {
-            sid = -1;
-        } else {
-            sid = 2 * (long)PyList_GET_SIZE(others) + 1;
-            PyObject *id = PyLong_FromLong(sid);
-            if (!id || PyDict_SetItem(ids, kernel, id) < 0 || PyList_Append(others, kernel) < 0)
-                sid = -1;
-            Py_XDECREF(id);
-        }
-    }
+    else
+        sid = number_state(ids, others, kernel);
     Py_DECREF(kernel);
     if (sid < 0) return -1;
     PyObject *id = PyLong_FromLong(sid);
@@ -1380,7 +1364,7 @@ static int fill_general(PyObject *core, long sid, PyObject *ctx, int32_t *table,
     return got < 0 ? -1 : got == 1;
 }
 
-static FormcastDeterminiseAPI api = {fill_plain, fill_general};
+static FormcastDeterminiseAPI api = {fill_plain, fill_general, number_state};
 
 static PyObject *core_state(Core *c, PyObject *args) {
     long q;

@@ -19,6 +19,10 @@ typedef struct {
      * set. Needs the GIL. */
     int (*fill_general)(PyObject *core, long sid, PyObject *ctx, int32_t *table,
                         Py_ssize_t rows, uint8_t *filled, uint8_t *finishes);
+    /* The number of parser state `kernel` (a frozenset of stacks of several frames, or of
+     * several stacks) in a DenseStates' numbering (its ids dict and others list), numbering
+     * it when new: -1 with a Python exception set. Needs the GIL. */
+    long (*number_state)(PyObject *ids, PyObject *others, PyObject *kernel);
 } FormcastDeterminiseAPI;
 
 #endif

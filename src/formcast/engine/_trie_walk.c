@@ -222,17 +222,7 @@ static int64_t materialize(PyObject *ctx, const int64_t *outer, int32_t n_outer,
     PyObject *kernel = PyFrozenSet_New(members);
     Py_DECREF(members);
     if (!kernel) return -1;
-    int64_t sid = -1;
-    PyObject *known = PyDict_GetItemWithError(ids, kernel);
-    if (known) {
-        sid = PyLong_AsLongLong(known);
-    } else if (!PyErr_Occurred()) {
-        sid = 2 * (int64_t)PyList_GET_SIZE(others) + 1;
-        PyObject *id = PyLong_FromLongLong(sid);
-        if (!id || PyDict_SetItem(ids, kernel, id) < 0 || PyList_Append(others, kernel) < 0)
-            sid = -1;
-        Py_XDECREF(id);
-    }
+    long sid = determinise_api->number_state(ids, others, kernel);
     Py_DECREF(kernel);
     return sid;
 }
