@@ -246,11 +246,13 @@ class FormcastEngine(Engine):
                 self.cache_note = " (no way found to clear its compile cache)"
         # Schema compile caches and memoised helper functions (functools caches) too, so a
         # compile starts from nothing, as the peers' fresh compiles do.
+        # The shared memos of compile pieces (Memo: number languages, spelled automata) too.
         for module_name, module in list(sys.modules.items()):
             if not module_name.startswith("formcast.") or module is None:
                 continue
             for value in list(vars(module).values()):
-                if type(value).__name__ == "CompileCache" and callable(getattr(value, "clear", None)):
+                if type(value).__name__ in ("CompileCache", "Memo") and callable(
+                        getattr(value, "clear", None)):
                     value.clear()
                 elif callable(getattr(value, "cache_clear", None)):
                     value.cache_clear()
