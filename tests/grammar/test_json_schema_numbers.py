@@ -8,7 +8,9 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from formcast.grammar.json_numbers import number_dfa
+from formcast.grammar import charfa
+from formcast.grammar.digit_ranges import interval_expr
+from formcast.grammar.json_numbers import number_dfa, number_expr
 
 CANONICAL = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?")
 
@@ -63,3 +65,31 @@ def test_huge_bounds_stay_small() -> None:
     assert dfa.accepts("9" * 300) and dfa.accepts("1" + "0" * 300)
     assert not dfa.accepts("1" + "0" * 299 + "1")
     assert dfa.size < 2 * 302  # linear in the number of digits
+
+
+integral_bounds = st.one_of(st.none(), st.integers(-10**6, 10**6).map(Decimal),
+                            st.sampled_from([Decimal(0), Decimal(1), Decimal(-1), Decimal(9),
+                                             Decimal(10), Decimal(99), Decimal(10) ** 18]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(integer=st.booleans(), low=integral_bounds, low_x=st.booleans(), high=integral_bounds,
+       high_x=st.booleans())
+def test_integral_bounds_are_spelled_with_the_automaton_language(integer, low, low_x, high,
+                                                                 high_x) -> None:
+    """Integral bounds skip the automaton (``digit_ranges``): the language must not move."""
+    direct = interval_expr(integer=integer, low=low, low_exclusive=low_x, high=high,
+                           high_exclusive=high_x)
+    assert direct is not None
+    spelled = charfa.minimize(charfa.from_expr(direct))
+    automaton = number_dfa(integer=integer, low=low, low_exclusive=low_x, high=high,
+                           high_exclusive=high_x, multiples=[])
+    assert charfa.difference(spelled, automaton).is_empty(), "spells a value out of bounds"
+    assert charfa.difference(automaton, spelled).is_empty(), "misses a value in bounds"
+
+
+def test_fractional_bounds_keep_the_automaton() -> None:
+    assert interval_expr(integer=False, low=Decimal("0.5"), low_exclusive=False, high=None,
+                         high_exclusive=False) is None
+    expr = number_expr(integer=False, low=Decimal("0.5"), high=Decimal(2))
+    assert charfa.from_expr(expr).accepts("0.5") and not charfa.from_expr(expr).accepts("0.49")

@@ -4,7 +4,8 @@ A bound compares decimal values, so it can be decided digit by digit while the n
 written: the automaton tracks, per bound, whether the digits so far are below, equal to or
 above the bound's digits (a longer integer part is always larger; fraction digits compare
 position by position). ``multipleOf m`` with ``m = p / 10**k`` tracks the remainder modulo ``p``
-of the digits read so far, as long-division does. Everything is exact on decimal values.
+of the digits read so far, as long-division does. Everything is exact on decimal values. Integral bounds without ``multipleOf`` (the common
+case) skip the automaton: ``digit_ranges`` spells the same language directly, far faster.
 
 Spelling: a constrained number is written without exponent (``0.00001``, not ``1e-5``) and
 without ``-0``; an integer without fraction (``3``, not ``3.0``). Every value keeps one
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from formcast.grammar import charfa
 from formcast.grammar.cache import Memo
+from formcast.grammar.digit_ranges import interval_expr
 from formcast.grammar.ir import CharSet, Expr, choice, lit, opt, plus, seq, star
 from formcast.grammar.json_text import GENERIC_INTEGER, GENERIC_NUMBER, plain_decimal
 
@@ -123,6 +125,12 @@ def number_expr(*, integer: bool, low: Decimal | None = None, low_exclusive: boo
     got = _NUMBER_EXPRS.get(key)
     if got is not None:
         return got
+    if not multiples and not excluded:
+        direct = interval_expr(integer=integer, low=low, low_exclusive=low_exclusive,
+                               high=high, high_exclusive=high_exclusive)
+        if direct is not None:
+            _NUMBER_EXPRS.put(key, direct)
+            return direct
     dfa = number_dfa(integer=integer, low=low, low_exclusive=low_exclusive, high=high,
                      high_exclusive=high_exclusive, multiples=multiples)
     if excluded:
