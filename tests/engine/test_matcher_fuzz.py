@@ -11,8 +11,9 @@ process, so a cache that hands out a mask computed for another state shows up as
 ``FORMCAST_FUZZ_EXAMPLES=2000 pytest tests/engine/test_matcher_fuzz.py`` runs a long campaign
 (random seeds, that many examples per property; ``FORMCAST_FUZZ_LEAVES`` and
 ``FORMCAST_FUZZ_STEPS`` grow the grammars and the walks). Run campaigns under
-``ulimit -d 3000000``: exponentially ambiguous grammars (xfail test at the end) can otherwise
-eat all memory. The default run is small and deterministic.
+``ulimit -S -d 12000000`` (soft, so the probe test can set its own limit; parser tables
+reserve address space, so 3 GB is too little): exponentially ambiguous grammars (xfail test
+at the end) can otherwise eat all memory. The default run is small and deterministic.
 """
 
 from __future__ import annotations

@@ -1555,12 +1555,194 @@ static PyObject *untrack(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* compact(eps, byte_edges, first, stop, exit): the subset construction of the byte-only NFA
+ * fragment [first, stop) (a lazily repeated item, see nfa._Builder._compact_fragment), when
+ * its DFA has fewer states than the fragment; None otherwise, or when an edge leaves the
+ * fragment. Returns (rows, exits): rows[k] lists DFA state k's edges as (lo, hi, target - k),
+ * exits[k] whether state k holds `exit`. States are numbered in the order the Python version
+ * meets them (breadth first, targets by ascending byte), so both build the same NFA. At most
+ * 256 fragment states: a state set is four 64-bit words. */
+#define COMPACT_WORDS 4
+typedef struct {
+    uint64_t w[COMPACT_WORDS];
+} FragSet;
+
+static int fragset_empty(const FragSet *s) {
+    return !(s->w[0] | s->w[1] | s->w[2] | s->w[3]);
+}
+
+static int fragset_eq(const FragSet *a, const FragSet *b) {
+    return memcmp(a->w, b->w, sizeof(a->w)) == 0;
+}
+
+/* The fragment's epsilon closures; 0, or 1 when an edge leaves the fragment, -1 on error. */
+static int fragment_closures(PyObject *eps, Py_ssize_t first, Py_ssize_t n, FragSet *clo) {
+    int32_t stack[64 * COMPACT_WORDS];
+    for (Py_ssize_t x = 0; x < n; x++) {
+        FragSet *seen = &clo[x];
+        memset(seen, 0, sizeof(*seen));
+        seen->w[x >> 6] |= (uint64_t)1 << (x & 63);
+        Py_ssize_t top = 0;
+        stack[top++] = (int32_t)x;
+        while (top) {
+            int32_t y = stack[--top];
+            PyObject **items;
+            Py_ssize_t k;
+            if (items_of(PyList_GET_ITEM(eps, first + y), &items, &k, "eps") < 0) return -1;
+            for (Py_ssize_t j = 0; j < k; j++) {
+                long d = PyLong_AsLong(items[j]);
+                if (d == -1 && PyErr_Occurred()) return -1;
+                long z = y + d;
+                if (z < 0 || z >= n) return 1;
+                if (seen->w[z >> 6] & ((uint64_t)1 << (z & 63))) continue;
+                seen->w[z >> 6] |= (uint64_t)1 << (z & 63);
+                stack[top++] = (int32_t)z;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The byte moves of DFA state `set`: moves[b] = union of the closures its bytes b reach.
+ * 0, 1 when an edge leaves the fragment, -1 on error. */
+static int fragment_moves(PyObject *byte_edges, Py_ssize_t first, Py_ssize_t n,
+                          const FragSet *clo, const FragSet *set, FragSet *moves) {
+    memset(moves, 0, sizeof(FragSet) * 256);
+    for (Py_ssize_t x = 0; x < n; x++) {
+        if (!(set->w[x >> 6] & ((uint64_t)1 << (x & 63)))) continue;
+        PyObject **edges;
+        Py_ssize_t k;
+        if (items_of(PyList_GET_ITEM(byte_edges, first + x), &edges, &k, "byte edges") < 0)
+            return -1;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            PyObject *e = edges[j];
+            if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3) {
+                PyErr_SetString(PyExc_TypeError, "compact: byte edges are (lo, hi, offset)");
+                return -1;
+            }
+            long lo = PyLong_AsLong(PyTuple_GET_ITEM(e, 0));
+            long hi = PyLong_AsLong(PyTuple_GET_ITEM(e, 1));
+            long d = PyLong_AsLong(PyTuple_GET_ITEM(e, 2));
+            if (PyErr_Occurred()) return -1;
+            long y = x + d;
+            if (y < 0 || y >= n) return 1;
+            if (lo < 0) lo = 0;
+            if (hi > 255) hi = 255;
+            const FragSet *to = &clo[y];
+            for (long b = lo; b <= hi; b++)
+                for (int w = 0; w < COMPACT_WORDS; w++) moves[b].w[w] |= to->w[w];
+        }
+    }
+    return 0;
+}
+
+/* The DFA state `set` is, interned among `*count` (appended when new); -1 when the DFA
+ * would reach `cap` states. */
+static Py_ssize_t fragment_intern(FragSet *states, Py_ssize_t *count, Py_ssize_t cap,
+                                  const FragSet *set) {
+    for (Py_ssize_t i = 0; i < *count; i++)
+        if (fragset_eq(&states[i], set)) return i;
+    if (*count + 1 >= cap) return -1;
+    states[*count] = *set;
+    return (*count)++;
+}
+
+static PyObject *compact_rows(PyObject *byte_edges, Py_ssize_t first, Py_ssize_t n,
+                              Py_ssize_t exit_at, const FragSet *clo, FragSet *states,
+                              FragSet *moves) {
+    PyObject *rows = PyList_New(0), *exits = PyList_New(0);
+    if (!rows || !exits) goto fail;
+    Py_ssize_t count = 1;
+    states[0] = clo[0];
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int got = fragment_moves(byte_edges, first, n, clo, &states[i], moves);
+        if (got < 0) goto fail;
+        if (got > 0) goto not_smaller;
+        PyObject *row = PyList_New(0);
+        if (!row) goto fail;
+        for (int b = 0; b < 256;) {
+            if (fragset_empty(&moves[b])) {
+                b++;
+                continue;
+            }
+            int e = b;
+            while (e + 1 < 256 && fragset_eq(&moves[e + 1], &moves[b])) e++;
+            Py_ssize_t t = fragment_intern(states, &count, n, &moves[b]);
+            if (t < 0) {
+                Py_DECREF(row);
+                goto not_smaller;
+            }
+            PyObject *edge = Py_BuildValue("(iin)", b, e, t - i);
+            if (!edge || PyList_Append(row, edge) < 0) {
+                Py_XDECREF(edge);
+                Py_DECREF(row);
+                goto fail;
+            }
+            Py_DECREF(edge);
+            b = e + 1;
+        }
+        int bad = PyList_Append(rows, row);
+        Py_DECREF(row);
+        if (bad < 0) goto fail;
+        PyObject *flag = (states[i].w[exit_at >> 6] & ((uint64_t)1 << (exit_at & 63)))
+                             ? Py_True : Py_False;
+        if (PyList_Append(exits, flag) < 0) goto fail;
+    }
+    PyObject *out = PyTuple_Pack(2, rows, exits);
+    Py_DECREF(rows);
+    Py_DECREF(exits);
+    return out;
+not_smaller:
+    Py_DECREF(rows);
+    Py_DECREF(exits);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(rows);
+    Py_XDECREF(exits);
+    return NULL;
+}
+
+static PyObject *compact(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *eps, *byte_edges;
+    Py_ssize_t first, stop, exit_;
+    if (!PyArg_ParseTuple(args, "O!O!nnn", &PyList_Type, &eps, &PyList_Type, &byte_edges,
+                          &first, &stop, &exit_))
+        return NULL;
+    Py_ssize_t n = stop - first;
+    if (first < 0 || n <= 1 || n > 64 * COMPACT_WORDS || exit_ < first || exit_ >= stop ||
+        stop > PyList_GET_SIZE(eps) || stop > PyList_GET_SIZE(byte_edges))
+        Py_RETURN_NONE;
+    FragSet *clo = malloc(sizeof(FragSet) * (size_t)n);
+    FragSet *states = malloc(sizeof(FragSet) * (size_t)n);
+    FragSet *moves = malloc(sizeof(FragSet) * 256);
+    PyObject *out = NULL;
+    if (!clo || !states || !moves) {
+        PyErr_NoMemory();
+    } else {
+        int got = fragment_closures(eps, first, n, clo);
+        if (got == 0)
+            out = compact_rows(byte_edges, first, n, exit_ - first, clo, states, moves);
+        else if (got > 0) {
+            Py_INCREF(Py_None);
+            out = Py_None;
+        }
+    }
+    free(clo);
+    free(states);
+    free(moves);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"untrack", untrack, METH_VARARGS,
      "untrack(lists...): take the lists or tuples each list holds out of the cyclic collector"},
     {"paste", paste, METH_VARARGS,
      "paste(eps, byte_edges, call_edges, edges, exit_offset): append a copy of NFA states, "
      "sharing their (relative) edge containers"},
+    {"compact", compact, METH_VARARGS,
+     "compact(eps, byte_edges, first, stop, exit) -> (rows, exits) | None: a byte-only "
+     "fragment's subset construction, when smaller"},
     {"paste_range", paste_range, METH_VARARGS,
      "paste_range(eps, byte_edges, call_edges, first, stop, exit): paste the NFA's own "
      "states [first, stop), without the epsilon edges of exit"},

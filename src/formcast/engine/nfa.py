@@ -60,7 +60,7 @@ LAZY_REPEAT_MIN = 8
 BYTE_CHAIN_MAX = 64
 # A lazily repeated item is determinised when that makes it smaller (_compact_fragment), if it
 # has at most this many NFA states: beyond, trying costs more than a copy saves.
-COMPACT_MAX_STATES = 256
+COMPACT_MAX_STATES = 256  # also the most _determinise.compact takes
 MAX_NFA_STATES = 2_000_000
 # Shared edge containers of a literal's inner states (see _Builder._build_literal).
 _NO_EDGES: tuple = ()
@@ -133,6 +133,62 @@ def _paste_edges(nfa: NFA, edges: list, entry: int, exit_offset: int) -> None:
             nfa.eps.append(eps)
             nfa.byte_edges.append(byte_edges)
             nfa.call_edges.append(call_edges)
+
+
+def _compact_rows(nfa: NFA, first: int, stop: int,
+                  exit_: int) -> tuple[list[list[tuple[int, int, int]]], list[bool]] | None:
+    """The subset construction of the byte-only fragment ``[first, stop)``: per DFA state its
+    edges ``(lo, hi, target - state)`` and whether it holds ``exit_``; None when it is not
+    smaller than the fragment. (``_determinise.compact`` is the same in C.)"""
+    memo: dict[int, frozenset[int]] = {}
+
+    def closure(x: int) -> frozenset[int]:
+        got = memo.get(x)
+        if got is None:
+            seen = {x}
+            work = [x]
+            while work:
+                y = work.pop()
+                for d in nfa.eps[y]:
+                    if y + d not in seen:
+                        seen.add(y + d)
+                        work.append(y + d)
+            got = memo[x] = frozenset(seen)
+        return got
+
+    ids: dict[frozenset[int], int] = {}
+    order: list[frozenset[int]] = []
+    rows: list[list[tuple[int, int, int]]] = []
+
+    def intern(states: frozenset[int]) -> int:
+        got = ids.get(states)
+        if got is None:
+            got = ids[states] = len(order)
+            order.append(states)
+        return got
+
+    intern(closure(first))
+    i = 0
+    while i < len(order):
+        edges = [(lo, hi, x + d) for x in order[i] for lo, hi, d in nfa.byte_edges[x]]
+        row: list[tuple[int, int, int]] = []
+        if edges:
+            points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
+            for a, b in zip(points, points[1:], strict=False):
+                targets = frozenset().union(*(closure(t) for lo, hi, t in edges
+                                              if lo <= a and b - 1 <= hi))
+                if targets:
+                    target = intern(targets)
+                    if row and row[-1][1] == a - 1 and row[-1][2] == target:
+                        row[-1] = (row[-1][0], b - 1, target)
+                    else:
+                        row.append((a, b - 1, target))
+        rows.append(row)
+        i += 1
+        if len(order) >= stop - first:
+            return None
+    return [[(lo, hi, t - k) for lo, hi, t in row] for k, row in enumerate(rows)], \
+        [exit_ in states for states in order]
 
 
 def _frozen_range(nfa: NFA, first: int, stop: int, exit_: int) -> list[tuple]:
@@ -690,64 +746,24 @@ class _Builder:
                 any(nfa.call_edges[x] for x in range(first, stop)) or \
                 any(first <= x < stop for x in nfa.lazy_exits):
             return exit_
-        memo: dict[int, frozenset[int]] = {}
-
-        def closure(x: int) -> frozenset[int]:
-            got = memo.get(x)
-            if got is None:
-                seen = {x}
-                work = [x]
-                while work:
-                    y = work.pop()
-                    for d in nfa.eps[y]:
-                        if y + d not in seen:
-                            seen.add(y + d)
-                            work.append(y + d)
-                got = memo[x] = frozenset(seen)
-            return got
-
-        ids: dict[frozenset[int], int] = {}
-        order: list[frozenset[int]] = []
-        rows: list[list[tuple[int, int, int]]] = []
-
-        def intern(states: frozenset[int]) -> int:
-            got = ids.get(states)
-            if got is None:
-                got = ids[states] = len(order)
-                order.append(states)
-            return got
-
-        intern(closure(first))
-        i = 0
-        while i < len(order):
-            edges = [(lo, hi, x + d) for x in order[i] for lo, hi, d in nfa.byte_edges[x]]
-            row: list[tuple[int, int, int]] = []
-            if edges:
-                points = sorted({lo for lo, _, _ in edges} | {hi + 1 for _, hi, _ in edges})
-                for a, b in zip(points, points[1:], strict=False):
-                    targets = frozenset().union(*(closure(t) for lo, hi, t in edges
-                                                  if lo <= a and b - 1 <= hi))
-                    if targets:
-                        target = intern(targets)
-                        if row and row[-1][1] == a - 1 and row[-1][2] == target:
-                            row[-1] = (row[-1][0], b - 1, target)
-                        else:
-                            row.append((a, b - 1, target))
-            rows.append(row)
-            i += 1
-            if len(order) >= stop - first:
-                return exit_  # not smaller: keep the NFA as built
+        if _determinise is not None and nfa.native_paste:
+            got = _determinise.compact(nfa.eps, nfa.byte_edges, first, stop, exit_)
+        else:
+            got = _compact_rows(nfa, first, stop, exit_)
+        if got is None:
+            return exit_  # not smaller: keep the NFA as built
+        rows, exits = got
         del nfa.eps[first:], nfa.byte_edges[first:], nfa.call_edges[first:]
         # Fragments remembered inside the replaced states are gone: forget them, or a later
         # use of the same rule would copy whatever states take their numbers.
         self._inlined = {k: v for k, v in self._inlined.items() if v[0] < first}
         self._lazy_memo = {k: v for k, v in self._lazy_memo.items() if k[0] < first}
-        for _ in range(len(order) + 1):
+        for _ in range(len(rows) + 1):
             nfa.new_state()
-        new_exit = first + len(order)
-        for k, states in enumerate(order):
-            nfa.byte_edges[first + k] = [(lo, hi, t - k) for lo, hi, t in rows[k]]
-            if exit_ in states:
+        new_exit = first + len(rows)
+        for k, row in enumerate(rows):
+            nfa.byte_edges[first + k] = row
+            if exits[k]:
                 nfa.eps[first + k].append(new_exit - (first + k))
         return new_exit
 
