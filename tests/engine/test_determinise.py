@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from benchmark_grammars import GRAMMAR_PATHS, GRAMMARS, load_grammar
 from hypothesis import given
+from hypothesis import strategies as st
 from test_matcher_fuzz import fuzz_settings, grammars
 
 from formcast.engine import determinise
@@ -25,7 +26,7 @@ from formcast.engine.lexer import Automaton, _check_left_recursion
 from formcast.engine.nfa import build_nfa
 from formcast.engine.parser import DenseStates, Parser
 from formcast.errors import AmbiguousGrammarError, GrammarError
-from formcast.grammar.ir import Grammar
+from formcast.grammar.ir import Choice, Grammar, Literal, Ref, Seq
 
 needs_native = pytest.mark.skipif(determinise._determinise is None,
                                   reason="the C determiniser is not built here")
@@ -124,6 +125,25 @@ def _assert_same_nfa(grammar: Grammar, monkeypatch) -> None:
 @given(grammar=grammars())
 def test_c_and_python_compact_repeated_items_alike_on_random_grammars(grammar):
     with pytest.MonkeyPatch.context() as monkeypatch, contextlib.suppress(GrammarError):
+        _assert_same_nfa(grammar, monkeypatch)
+
+
+@needs_native
+@pytest.mark.parametrize("path", GRAMMAR_PATHS, ids=lambda p: p.name)
+def test_c_and_python_build_the_same_nfa_for_benchmark_grammars(path, monkeypatch):
+    """Compacted repetitions (counted strings) and literal tries (enums of 249 countries)."""
+    _assert_same_nfa(load_grammar(path), monkeypatch)
+
+
+@needs_native
+@fuzz_settings(150)
+@given(literals=st.lists(st.binary(max_size=5).map(lambda b: bytes(x % 4 + 97 for x in b)),
+                         min_size=2, max_size=12))
+def test_c_and_python_build_the_same_literal_trie(literals):
+    """Prefixes of one another, duplicates and the empty literal: node for node."""
+    grammar = Grammar({"root": Choice(tuple(Literal(x) for x in literals)),
+                       "other": Seq((Literal(b"x"), Ref("root"), Ref("root")))}, "other")
+    with pytest.MonkeyPatch.context() as monkeypatch:
         _assert_same_nfa(grammar, monkeypatch)
 
 

@@ -1734,12 +1734,109 @@ static PyObject *compact(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* Append the edge tuple (lo, hi, offset) to the list `edges`. */
+static int append_byte_edge(PyObject *edges, long lo, long hi, Py_ssize_t offset) {
+    if (!PyList_Check(edges)) {
+        PyErr_SetString(PyExc_TypeError, "literal_trie: a trie node's byte edges are a list");
+        return -1;
+    }
+    PyObject *edge = Py_BuildValue("(lln)", lo, hi, offset);
+    if (!edge) return -1;
+    int bad = PyList_Append(edges, edge);
+    Py_DECREF(edge);
+    return bad;
+}
+
+/* A new NFA state with these containers (new references, stolen). */
+static int append_state(PyObject *eps, PyObject *byte_edges, PyObject *call_edges,
+                        PyObject *e, PyObject *b, PyObject *c) {
+    int bad = !e || !b || PyList_Append(eps, e) < 0 || PyList_Append(byte_edges, b) < 0 ||
+              PyList_Append(call_edges, c) < 0;
+    Py_XDECREF(e);
+    Py_XDECREF(b);
+    Py_XDECREF(c);
+    return bad ? -1 : 0;
+}
+
+/* literal_trie(eps, byte_edges, call_edges, literals, start, end, no_edges): the byte trie of
+ * `literals` (bytes, sorted, distinct) from `start` to `end`, as nfa._Builder's Python
+ * version builds it, node for node: in sorted order a literal shares exactly its common
+ * prefix with the one before, so each adds one fresh chain of states hanging off the previous
+ * literal's path and ends on its last state. Inner states share `no_edges` (an empty tuple)
+ * for their epsilon and call edges. */
+static PyObject *literal_trie(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *eps, *byte_edges, *call_edges, *literals, *no_edges;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!nnO!", &PyList_Type, &eps, &PyList_Type, &byte_edges,
+                          &PyList_Type, &call_edges, &PyList_Type, &literals, &start, &end,
+                          &PyTuple_Type, &no_edges))
+        return NULL;
+    if (start < 0 || start >= PyList_GET_SIZE(byte_edges) || start >= PyList_GET_SIZE(eps)) {
+        PyErr_SetString(PyExc_ValueError, "literal_trie: start is not an NFA state");
+        return NULL;
+    }
+    IntVec path = {NULL, 0, 0};
+    if (vec_push(&path, (int32_t)start) < 0) return NULL;
+    const unsigned char *prev = NULL;
+    Py_ssize_t prev_len = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(literals); i++) {
+        PyObject *lit = PyList_GET_ITEM(literals, i);
+        if (!PyBytes_Check(lit)) {
+            PyErr_SetString(PyExc_TypeError, "literal_trie: literals are bytes");
+            goto fail;
+        }
+        const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(lit);
+        Py_ssize_t n = PyBytes_GET_SIZE(lit);
+        if (n == 0) {
+            PyObject *offset = PyLong_FromSsize_t(end - start);
+            int has = offset ? PySequence_Contains(PyList_GET_ITEM(eps, start), offset) : -1;
+            int bad = has < 0 || (!has && PyList_Append(PyList_GET_ITEM(eps, start), offset) < 0);
+            Py_XDECREF(offset);
+            if (bad) goto fail;
+            continue;
+        }
+        Py_ssize_t k = 0, limit = prev_len < n ? prev_len : n;
+        while (k < limit && prev[k] == data[k]) k++;
+        path.n = k + 1;
+        Py_ssize_t node = path.v[k], first = PyList_GET_SIZE(eps);
+        if (append_byte_edge(PyList_GET_ITEM(byte_edges, node), data[k], data[k], first - node) < 0)
+            goto fail;
+        for (Py_ssize_t j = k; j < n; j++) {
+            Py_ssize_t x = first + (j - k);
+            PyObject *e, *b;
+            if (j == n - 1) {
+                e = Py_BuildValue("[n]", end - x);
+                b = PyList_New(0);
+            } else {
+                Py_INCREF(no_edges);
+                e = no_edges;
+                b = Py_BuildValue("[(iii)]", data[j + 1], data[j + 1], 1);
+            }
+            Py_INCREF(no_edges);
+            if (append_state(eps, byte_edges, call_edges, e, b, no_edges) < 0 ||
+                vec_push(&path, (int32_t)x) < 0)
+                goto fail;
+        }
+        prev = data;
+        prev_len = n;
+    }
+    free(path.v);
+    Py_RETURN_NONE;
+fail:
+    free(path.v);
+    return NULL;
+}
+
 static PyMethodDef module_methods[] = {
     {"untrack", untrack, METH_VARARGS,
      "untrack(lists...): take the lists or tuples each list holds out of the cyclic collector"},
     {"paste", paste, METH_VARARGS,
      "paste(eps, byte_edges, call_edges, edges, exit_offset): append a copy of NFA states, "
      "sharing their (relative) edge containers"},
+    {"literal_trie", literal_trie, METH_VARARGS,
+     "literal_trie(eps, byte_edges, call_edges, literals, start, end, no_edges): append the "
+     "byte trie of sorted distinct literals from start to end"},
     {"compact", compact, METH_VARARGS,
      "compact(eps, byte_edges, first, stop, exit) -> (rows, exits) | None: a byte-only "
      "fragment's subset construction, when smaller"},

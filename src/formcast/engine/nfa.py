@@ -623,11 +623,19 @@ class _Builder:
         prefixes share states, so every state has one edge per byte and the DFA built over
         it has one NFA state per position instead of one per alternative still alive."""
         nfa = self.nfa
+        if _determinise is not None and nfa.native_paste:  # the same trie, made in C
+            _determinise.literal_trie(nfa.eps, nfa.byte_edges, nfa.call_edges,
+                                      sorted(set(literals)), start, end, _NO_EDGES)
+            if len(nfa.eps) > MAX_NFA_STATES:
+                raise _too_large()
+            return
         # ``start`` is the root: only this choice adds byte edges to it (its other items
         # start in states of their own). The other nodes are made here, numbered from
         # ``base`` in the order they are met, and added to the NFA in one go.
         base = len(nfa.eps)
-        new_eps: list[list[int]] = []
+        # Only the nodes where a literal ends have epsilon edges; the others share one empty
+        # tuple, as in _build_literal.
+        new_eps: list = []
         new_bytes: list[list[tuple[int, int, int]]] = []
         children: dict[int, dict[int, int]] = {}
         for data in sorted(set(literals)):
@@ -637,11 +645,14 @@ class _Builder:
                 nxt = kids.get(byte)
                 if nxt is None:
                     nxt = kids[byte] = base + len(new_eps)
-                    new_eps.append([])
+                    new_eps.append(_NO_EDGES)
                     new_bytes.append([])
                     (new_bytes[node - base] if node >= base else nfa.byte_edges[node]).append(
                         (byte, byte, nxt - node))
                 node = nxt
+            if node >= base and new_eps[node - base] is _NO_EDGES:
+                new_eps[node - base] = [end - node]
+                continue
             eps = new_eps[node - base] if node >= base else nfa.eps[node]
             if end - node not in eps:
                 eps.append(end - node)
