@@ -1,4 +1,4 @@
-"""Build hook for the optional C trie walk and determiniser (everything else is in pyproject.toml).
+"""Build hook for the optional C trie walk, determiniser and NFA builder (everything else is in pyproject.toml).
 
 ``optional=True``: on a machine without a C compiler the install still succeeds and the
 engine falls back to its numpy walk (slower cold masks, same answers).
@@ -16,6 +16,6 @@ setup(
             extra_compile_args=["-O2"],
             optional=True,
         )
-        for name in ("_trie_walk", "_determinise")
+        for name in ("_trie_walk", "_determinise", "_nfa_build")
     ]
 )

@@ -61,6 +61,9 @@ def test_the_c_determiniser_is_built_by_the_install():
     state-building share of every cold mask."""
     assert determinise._determinise is not None
     assert determinise.native_determinise_enabled()
+    from formcast.engine import nfa as nfa_module
+
+    assert nfa_module._nfa_build is not None  # the NFA builder's C half
 
 
 def test_pure_python_switch_turns_the_c_determiniser_off(monkeypatch):
@@ -111,8 +114,9 @@ def _nfa_lists(grammar: Grammar) -> tuple:
 
 
 def _assert_same_nfa(grammar: Grammar, monkeypatch) -> None:
-    """Compacting a lazily repeated item in C (``_determinise.compact``) and in Python gives
-    the same NFA, state for state."""
+    """The NFA built with the C half of the builder (``_nfa_build``: literals, sequences,
+    choices, copies of inlined rules, literal tries, compacted repetitions) and by the
+    Python fallback alone is the same, state for state."""
     with monkeypatch.context() as m:
         m.delenv("FORMCAST_PURE_PYTHON", raising=False)
         native = _nfa_lists(grammar)
@@ -123,7 +127,7 @@ def _assert_same_nfa(grammar: Grammar, monkeypatch) -> None:
 @needs_native
 @fuzz_settings(120)
 @given(grammar=grammars())
-def test_c_and_python_compact_repeated_items_alike_on_random_grammars(grammar):
+def test_c_and_python_build_the_same_nfa_on_random_grammars(grammar):
     with pytest.MonkeyPatch.context() as monkeypatch, contextlib.suppress(GrammarError):
         _assert_same_nfa(grammar, monkeypatch)
 

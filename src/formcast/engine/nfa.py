@@ -23,6 +23,7 @@ import heapq
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import repeat
 
 from formcast.errors import GrammarError
@@ -40,10 +41,16 @@ from formcast.grammar.ir import (
     utf8_byte_sequences,
 )
 
-try:  # the optional C extension (setup.py): pastes fragment copies; Python does the same
+# The optional C extensions (setup.py): one pastes fragment copies, the other builds the
+# NFA's plain parts. The Python code here does the same, state for state.
+try:
     from formcast.engine import _determinise
 except ImportError:  # pragma: no cover - depends on the build
     _determinise = None
+try:
+    from formcast.engine import _nfa_build
+except ImportError:  # pragma: no cover - depends on the build
+    _nfa_build = None
 
 # A rule whose inlined automaton would exceed this many NFA states is kept as a call rule
 # even when it is not recursive: inlining is only an optimisation, calls are always correct.
@@ -472,6 +479,9 @@ class _Builder:
         # dead (unable to reach their rule's end), and liveness must be computed.
         self.may_die = False
         self._uses: dict[str, int] | None = None  # references per rule, counted when needed
+        if _nfa_build is not None and self.nfa.native_paste:
+            # Literals, byte sets, sequences and choices in C; it calls _build_py for the rest.
+            self._build = partial(_nfa_build.build, self, MAX_NFA_STATES)  # type: ignore
 
     def _utf8_paths(self, e: CharSet) -> list[list[tuple[int, int]]]:
         got = self._utf8_memo.get(e)
@@ -511,6 +521,10 @@ class _Builder:
         raise GrammarError(f"unknown IR node {e!r}")
 
     def _build(self, e: Expr, start: int, end: int, path: tuple[str, ...]) -> None:
+        """The automaton of ``e`` from state ``start`` to state ``end``."""
+        self._build_py(e, start, end, path)
+
+    def _build_py(self, e: Expr, start: int, end: int, path: tuple[str, ...]) -> None:
         nfa = self.nfa
         if isinstance(e, Literal):
             self._build_literal(e.data, start, end)
@@ -623,8 +637,8 @@ class _Builder:
         prefixes share states, so every state has one edge per byte and the DFA built over
         it has one NFA state per position instead of one per alternative still alive."""
         nfa = self.nfa
-        if _determinise is not None and nfa.native_paste:  # the same trie, made in C
-            _determinise.literal_trie(nfa.eps, nfa.byte_edges, nfa.call_edges,
+        if _nfa_build is not None and nfa.native_paste:  # the same trie, made in C
+            _nfa_build.literal_trie(nfa.eps, nfa.byte_edges, nfa.call_edges,
                                       sorted(set(literals)), start, end, _NO_EDGES)
             if len(nfa.eps) > MAX_NFA_STATES:
                 raise _too_large()
@@ -757,8 +771,8 @@ class _Builder:
                 any(nfa.call_edges[x] for x in range(first, stop)) or \
                 any(first <= x < stop for x in nfa.lazy_exits):
             return exit_
-        if _determinise is not None and nfa.native_paste:
-            got = _determinise.compact(nfa.eps, nfa.byte_edges, first, stop, exit_)
+        if _nfa_build is not None and nfa.native_paste:
+            got = _nfa_build.compact(nfa.eps, nfa.byte_edges, first, stop, exit_)
         else:
             got = _compact_rows(nfa, first, stop, exit_)
         if got is None:
@@ -962,3 +976,8 @@ def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[s
         _determinise.untrack(nfa.eps, nfa.byte_edges, nfa.call_edges, [live],
                              *(record.edges for record in builder.lazy_repeats))
     return nfa, fragments, order, live
+
+
+if _nfa_build is not None:
+    _nfa_build.setup(Literal, ByteSet, Seq, Choice, Repeat, Ref, _STEP_ONE, _NO_EDGES,
+                     _too_large)

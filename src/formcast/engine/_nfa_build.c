@@ -1,0 +1,721 @@
+/* The NFA builder's inner loops in C (nfa._Builder, whose Python code is the fallback and
+ * the reference: both build the same NFA, state for state, which tests compare).
+ *
+ *   build(builder, max_states, expr, start, end, path): the builder's _build for literals,
+ *     byte sets, sequences, choices and further copies of inlined rules, recursing in C;
+ *     every other node (character sets, repetitions, a rule's first use or call, separated
+ *     lists) goes back to builder._build_py. A schema's NFA has hundreds of such nodes, each
+ *     a few Python calls and a new state or two.
+ *   literal_trie: the byte trie of an enum's literals.
+ *   compact: the subset construction of a lazily repeated item.
+ *
+ * The NFA is the builder's three Python lists (eps, byte_edges, call_edges: one container a
+ * state, edges relative to their source), appended to in place.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A growable stack of state numbers (a trie path). */
+typedef struct {
+    Py_ssize_t *v;
+    Py_ssize_t n, cap;
+} Path;
+
+static int path_push(Path *p, Py_ssize_t x) {
+    if (p->n == p->cap) {
+        Py_ssize_t cap = p->cap ? p->cap * 2 : 32;
+        Py_ssize_t *more = realloc(p->v, sizeof(Py_ssize_t) * (size_t)cap);
+        if (!more) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        p->v = more;
+        p->cap = cap;
+    }
+    p->v[p->n++] = x;
+    return 0;
+}
+
+/* The items of a list or tuple, borrowed. */
+static int items_of(PyObject *seq, PyObject ***items, Py_ssize_t *n, const char *what) {
+    if (PyList_Check(seq)) {
+        *n = PyList_GET_SIZE(seq);
+        *items = ((PyListObject *)seq)->ob_item;
+        return 0;
+    }
+    if (PyTuple_Check(seq)) {
+        *n = PyTuple_GET_SIZE(seq);
+        *items = ((PyTupleObject *)seq)->ob_item;
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "nfa build: %s must be a list or tuple", what);
+    return -1;
+}
+
+/* compact(eps, byte_edges, first, stop, exit): the subset construction of the byte-only NFA
+ * fragment [first, stop) (a lazily repeated item, see nfa._Builder._compact_fragment), when
+ * its DFA has fewer states than the fragment; None otherwise, or when an edge leaves the
+ * fragment. Returns (rows, exits): rows[k] lists DFA state k's edges as (lo, hi, target - k),
+ * exits[k] whether state k holds `exit`. States are numbered in the order the Python version
+ * meets them (breadth first, targets by ascending byte), so both build the same NFA. At most
+ * 256 fragment states: a state set is four 64-bit words. */
+#define COMPACT_WORDS 4
+typedef struct {
+    uint64_t w[COMPACT_WORDS];
+} FragSet;
+
+static int fragset_empty(const FragSet *s) {
+    return !(s->w[0] | s->w[1] | s->w[2] | s->w[3]);
+}
+
+static int fragset_eq(const FragSet *a, const FragSet *b) {
+    return memcmp(a->w, b->w, sizeof(a->w)) == 0;
+}
+
+/* The fragment's epsilon closures; 0, or 1 when an edge leaves the fragment, -1 on error. */
+static int fragment_closures(PyObject *eps, Py_ssize_t first, Py_ssize_t n, FragSet *clo) {
+    int32_t stack[64 * COMPACT_WORDS];
+    for (Py_ssize_t x = 0; x < n; x++) {
+        FragSet *seen = &clo[x];
+        memset(seen, 0, sizeof(*seen));
+        seen->w[x >> 6] |= (uint64_t)1 << (x & 63);
+        Py_ssize_t top = 0;
+        stack[top++] = (int32_t)x;
+        while (top) {
+            int32_t y = stack[--top];
+            PyObject **items;
+            Py_ssize_t k;
+            if (items_of(PyList_GET_ITEM(eps, first + y), &items, &k, "eps") < 0) return -1;
+            for (Py_ssize_t j = 0; j < k; j++) {
+                long d = PyLong_AsLong(items[j]);
+                if (d == -1 && PyErr_Occurred()) return -1;
+                long z = y + d;
+                if (z < 0 || z >= n) return 1;
+                if (seen->w[z >> 6] & ((uint64_t)1 << (z & 63))) continue;
+                seen->w[z >> 6] |= (uint64_t)1 << (z & 63);
+                stack[top++] = (int32_t)z;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The byte moves of DFA state `set`: moves[b] = union of the closures its bytes b reach.
+ * 0, 1 when an edge leaves the fragment, -1 on error. */
+static int fragment_moves(PyObject *byte_edges, Py_ssize_t first, Py_ssize_t n,
+                          const FragSet *clo, const FragSet *set, FragSet *moves) {
+    memset(moves, 0, sizeof(FragSet) * 256);
+    for (Py_ssize_t x = 0; x < n; x++) {
+        if (!(set->w[x >> 6] & ((uint64_t)1 << (x & 63)))) continue;
+        PyObject **edges;
+        Py_ssize_t k;
+        if (items_of(PyList_GET_ITEM(byte_edges, first + x), &edges, &k, "byte edges") < 0)
+            return -1;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            PyObject *e = edges[j];
+            if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3) {
+                PyErr_SetString(PyExc_TypeError, "compact: byte edges are (lo, hi, offset)");
+                return -1;
+            }
+            long lo = PyLong_AsLong(PyTuple_GET_ITEM(e, 0));
+            long hi = PyLong_AsLong(PyTuple_GET_ITEM(e, 1));
+            long d = PyLong_AsLong(PyTuple_GET_ITEM(e, 2));
+            if (PyErr_Occurred()) return -1;
+            long y = x + d;
+            if (y < 0 || y >= n) return 1;
+            if (lo < 0) lo = 0;
+            if (hi > 255) hi = 255;
+            const FragSet *to = &clo[y];
+            for (long b = lo; b <= hi; b++)
+                for (int w = 0; w < COMPACT_WORDS; w++) moves[b].w[w] |= to->w[w];
+        }
+    }
+    return 0;
+}
+
+/* The DFA state `set` is, interned among `*count` (appended when new); -1 when the DFA
+ * would reach `cap` states. */
+static Py_ssize_t fragment_intern(FragSet *states, Py_ssize_t *count, Py_ssize_t cap,
+                                  const FragSet *set) {
+    for (Py_ssize_t i = 0; i < *count; i++)
+        if (fragset_eq(&states[i], set)) return i;
+    if (*count + 1 >= cap) return -1;
+    states[*count] = *set;
+    return (*count)++;
+}
+
+static PyObject *compact_rows(PyObject *byte_edges, Py_ssize_t first, Py_ssize_t n,
+                              Py_ssize_t exit_at, const FragSet *clo, FragSet *states,
+                              FragSet *moves) {
+    PyObject *rows = PyList_New(0), *exits = PyList_New(0);
+    if (!rows || !exits) goto fail;
+    Py_ssize_t count = 1;
+    states[0] = clo[0];
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int got = fragment_moves(byte_edges, first, n, clo, &states[i], moves);
+        if (got < 0) goto fail;
+        if (got > 0) goto not_smaller;
+        PyObject *row = PyList_New(0);
+        if (!row) goto fail;
+        for (int b = 0; b < 256;) {
+            if (fragset_empty(&moves[b])) {
+                b++;
+                continue;
+            }
+            int e = b;
+            while (e + 1 < 256 && fragset_eq(&moves[e + 1], &moves[b])) e++;
+            Py_ssize_t t = fragment_intern(states, &count, n, &moves[b]);
+            if (t < 0) {
+                Py_DECREF(row);
+                goto not_smaller;
+            }
+            PyObject *edge = Py_BuildValue("(iin)", b, e, t - i);
+            if (!edge || PyList_Append(row, edge) < 0) {
+                Py_XDECREF(edge);
+                Py_DECREF(row);
+                goto fail;
+            }
+            Py_DECREF(edge);
+            b = e + 1;
+        }
+        int bad = PyList_Append(rows, row);
+        Py_DECREF(row);
+        if (bad < 0) goto fail;
+        PyObject *flag = (states[i].w[exit_at >> 6] & ((uint64_t)1 << (exit_at & 63)))
+                             ? Py_True : Py_False;
+        if (PyList_Append(exits, flag) < 0) goto fail;
+    }
+    PyObject *out = PyTuple_Pack(2, rows, exits);
+    Py_DECREF(rows);
+    Py_DECREF(exits);
+    return out;
+not_smaller:
+    Py_DECREF(rows);
+    Py_DECREF(exits);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(rows);
+    Py_XDECREF(exits);
+    return NULL;
+}
+
+static PyObject *compact(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *eps, *byte_edges;
+    Py_ssize_t first, stop, exit_;
+    if (!PyArg_ParseTuple(args, "O!O!nnn", &PyList_Type, &eps, &PyList_Type, &byte_edges,
+                          &first, &stop, &exit_))
+        return NULL;
+    Py_ssize_t n = stop - first;
+    if (first < 0 || n <= 1 || n > 64 * COMPACT_WORDS || exit_ < first || exit_ >= stop ||
+        stop > PyList_GET_SIZE(eps) || stop > PyList_GET_SIZE(byte_edges))
+        Py_RETURN_NONE;
+    FragSet *clo = malloc(sizeof(FragSet) * (size_t)n);
+    FragSet *states = malloc(sizeof(FragSet) * (size_t)n);
+    FragSet *moves = malloc(sizeof(FragSet) * 256);
+    PyObject *out = NULL;
+    if (!clo || !states || !moves) {
+        PyErr_NoMemory();
+    } else {
+        int got = fragment_closures(eps, first, n, clo);
+        if (got == 0)
+            out = compact_rows(byte_edges, first, n, exit_ - first, clo, states, moves);
+        else if (got > 0) {
+            Py_INCREF(Py_None);
+            out = Py_None;
+        }
+    }
+    free(clo);
+    free(states);
+    free(moves);
+    return out;
+}
+
+/* Append the edge tuple (lo, hi, offset) to the list `edges`. */
+static int append_byte_edge(PyObject *edges, long lo, long hi, Py_ssize_t offset) {
+    if (!PyList_Check(edges)) {
+        PyErr_SetString(PyExc_TypeError, "literal_trie: a trie node's byte edges are a list");
+        return -1;
+    }
+    PyObject *edge = Py_BuildValue("(lln)", lo, hi, offset);
+    if (!edge) return -1;
+    int bad = PyList_Append(edges, edge);
+    Py_DECREF(edge);
+    return bad;
+}
+
+/* A new NFA state with these containers (new references, stolen). */
+static int append_state(PyObject *eps, PyObject *byte_edges, PyObject *call_edges,
+                        PyObject *e, PyObject *b, PyObject *c) {
+    int bad = !e || !b || PyList_Append(eps, e) < 0 || PyList_Append(byte_edges, b) < 0 ||
+              PyList_Append(call_edges, c) < 0;
+    Py_XDECREF(e);
+    Py_XDECREF(b);
+    Py_XDECREF(c);
+    return bad ? -1 : 0;
+}
+
+/* literal_trie(eps, byte_edges, call_edges, literals, start, end, no_edges): the byte trie of
+ * `literals` (bytes, sorted, distinct) from `start` to `end`, as nfa._Builder's Python
+ * version builds it, node for node: in sorted order a literal shares exactly its common
+ * prefix with the one before, so each adds one fresh chain of states hanging off the previous
+ * literal's path and ends on its last state. Inner states share `no_edges` (an empty tuple)
+ * for their epsilon and call edges. */
+static PyObject *trie_into(PyObject *eps, PyObject *byte_edges, PyObject *call_edges,
+                           PyObject *literals, Py_ssize_t start, Py_ssize_t end,
+                           PyObject *no_edges) {
+    if (start < 0 || start >= PyList_GET_SIZE(byte_edges) || start >= PyList_GET_SIZE(eps)) {
+        PyErr_SetString(PyExc_ValueError, "literal_trie: start is not an NFA state");
+        return NULL;
+    }
+    Path path = {NULL, 0, 0};
+    if (path_push(&path, start) < 0) return NULL;
+    const unsigned char *prev = NULL;
+    Py_ssize_t prev_len = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(literals); i++) {
+        PyObject *lit = PyList_GET_ITEM(literals, i);
+        if (!PyBytes_Check(lit)) {
+            PyErr_SetString(PyExc_TypeError, "literal_trie: literals are bytes");
+            goto fail;
+        }
+        const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(lit);
+        Py_ssize_t n = PyBytes_GET_SIZE(lit);
+        if (n == 0) {
+            PyObject *offset = PyLong_FromSsize_t(end - start);
+            int has = offset ? PySequence_Contains(PyList_GET_ITEM(eps, start), offset) : -1;
+            int bad = has < 0 || (!has && PyList_Append(PyList_GET_ITEM(eps, start), offset) < 0);
+            Py_XDECREF(offset);
+            if (bad) goto fail;
+            continue;
+        }
+        Py_ssize_t k = 0, limit = prev_len < n ? prev_len : n;
+        while (k < limit && prev[k] == data[k]) k++;
+        path.n = k + 1;
+        Py_ssize_t node = path.v[k], first = PyList_GET_SIZE(eps);
+        if (append_byte_edge(PyList_GET_ITEM(byte_edges, node), data[k], data[k], first - node) < 0)
+            goto fail;
+        for (Py_ssize_t j = k; j < n; j++) {
+            Py_ssize_t x = first + (j - k);
+            PyObject *e, *b;
+            if (j == n - 1) {
+                e = Py_BuildValue("[n]", end - x);
+                b = PyList_New(0);
+            } else {
+                Py_INCREF(no_edges);
+                e = no_edges;
+                b = Py_BuildValue("[(iii)]", data[j + 1], data[j + 1], 1);
+            }
+            Py_INCREF(no_edges);
+            if (append_state(eps, byte_edges, call_edges, e, b, no_edges) < 0 ||
+                path_push(&path, x) < 0)
+                goto fail;
+        }
+        prev = data;
+        prev_len = n;
+    }
+    free(path.v);
+    Py_RETURN_NONE;
+fail:
+    free(path.v);
+    return NULL;
+}
+
+
+static PyObject *literal_trie(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *eps, *byte_edges, *call_edges, *literals, *no_edges;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!nnO!", &PyList_Type, &eps, &PyList_Type, &byte_edges,
+                          &PyList_Type, &call_edges, &PyList_Type, &literals, &start, &end,
+                          &PyTuple_Type, &no_edges))
+        return NULL;
+    return trie_into(eps, byte_edges, call_edges, literals, start, end, no_edges);
+}
+
+/* ------------------------------------------------------------------ build */
+
+/* Set once by setup(): the IR classes, shared edge containers and the size limit. */
+static struct {
+    PyObject *literal, *byte_set, *seq, *choice, *repeat, *ref;
+    PyObject *step_one; /* list: step_one[b] == ((b, b, 1),) */
+    PyObject *no_edges; /* () */
+    PyObject *too_large; /* callable returning the exception for an NFA past its bound */
+} ir;
+
+static PyObject *s_items, *s_data, *s_ranges, *s_item, *s_min, *s_max, *s_build_py,
+    *s_may_die, *s_nfa, *s_eps, *s_byte_edges, *s_call_edges, *s_name, *s_inlined,
+    *s_call_rules, *s_copy_range;
+
+typedef struct {
+    PyObject *builder, *path, *eps, *bytes, *calls;
+    Py_ssize_t max_states;
+} Build;
+
+static int raise_too_large(void) {
+    PyObject *exc = PyObject_CallNoArgs(ir.too_large);
+    if (exc) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return -1;
+}
+
+static Py_ssize_t build_new_state(Build *b) {
+    Py_ssize_t x = PyList_GET_SIZE(b->eps);
+    if (x >= b->max_states) return raise_too_large();
+    PyObject *lists[3] = {b->eps, b->bytes, b->calls};
+    for (int k = 0; k < 3; k++) {
+        PyObject *fresh = PyList_New(0);
+        if (!fresh) return -1;
+        int bad = PyList_Append(lists[k], fresh);
+        Py_DECREF(fresh);
+        if (bad < 0) return -1;
+    }
+    return x;
+}
+
+/* Append `item` (new reference, stolen) to the edge list of state x in `lists`. */
+static int add_edge(PyObject *lists, Py_ssize_t x, PyObject *item) {
+    if (!item) return -1;
+    PyObject *edges = PyList_GET_ITEM(lists, x);
+    int bad = !PyList_Check(edges);
+    if (bad)
+        PyErr_Format(PyExc_TypeError, "nfa build: state %zd's edges are frozen", x);
+    else
+        bad = PyList_Append(edges, item) < 0;
+    Py_DECREF(item);
+    return bad ? -1 : 0;
+}
+
+static int add_eps(Build *b, Py_ssize_t x, Py_ssize_t to) {
+    return add_edge(b->eps, x, PyLong_FromSsize_t(to - x));
+}
+
+static int set_may_die(Build *b) {
+    return PyObject_SetAttr(b->builder, s_may_die, Py_True);
+}
+
+static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end);
+
+/* _Builder._build_literal */
+static int build_literal(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
+    PyObject *data = PyObject_GetAttr(e, s_data);
+    if (!data) return -1;
+    int rc = -1;
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "nfa build: a literal's data is bytes");
+        goto done;
+    }
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    if (n <= 1) {
+        rc = n ? add_edge(b->bytes, start, Py_BuildValue("(iin)", d[0], d[0], end - start))
+               : add_eps(b, start, end);
+        goto done;
+    }
+    Py_ssize_t first = PyList_GET_SIZE(b->eps);
+    if (first + n > b->max_states) {
+        raise_too_large();
+        goto done;
+    }
+    Py_ssize_t last = first + n - 2;
+    if (add_edge(b->bytes, start, Py_BuildValue("(iin)", d[0], d[0], first - start)) < 0)
+        goto done;
+    for (Py_ssize_t i = 1; i < n; i++) {
+        PyObject *step;
+        if (i < n - 1) {
+            step = PyList_GET_ITEM(ir.step_one, d[i]);
+            Py_INCREF(step);
+        } else {
+            step = Py_BuildValue("[(iin)]", d[i], d[i], end - last);
+            if (!step) goto done;
+        }
+        int bad = PyList_Append(b->eps, ir.no_edges) < 0 ||
+                  PyList_Append(b->calls, ir.no_edges) < 0 || PyList_Append(b->bytes, step) < 0;
+        Py_DECREF(step);
+        if (bad) goto done;
+    }
+    rc = 0;
+done:
+    Py_DECREF(data);
+    return rc;
+}
+
+/* The ByteSet branch of _Builder._build */
+static int build_byte_set(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
+    PyObject *ranges = PyObject_GetAttr(e, s_ranges);
+    if (!ranges) return -1;
+    PyObject **items;
+    Py_ssize_t n;
+    int rc = items_of(ranges, &items, &n, "a byte set's ranges");
+    if (rc == 0 && n == 0) rc = set_may_die(b);
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+        PyObject *lo, *hi;
+        if (!PyArg_ParseTuple(items[i], "OO", &lo, &hi)) {
+            rc = -1;
+            break;
+        }
+        rc = add_edge(b->bytes, start, Py_BuildValue("(OOn)", lo, hi, end - start));
+    }
+    Py_DECREF(ranges);
+    return rc;
+}
+
+/* Whether a sequence may hold a separated list ``X (S X)*`` (some item after the first is
+ * ``Seq*``): nfa._separated_loop decides, in Python. */
+static int may_be_separated(PyObject **items, Py_ssize_t n) {
+    for (Py_ssize_t i = 1; i < n; i++) {
+        if (Py_TYPE(items[i]) != (PyTypeObject *)ir.repeat) continue;
+        PyObject *item = PyObject_GetAttr(items[i], s_item);
+        if (!item) return -1;
+        int seq = Py_TYPE(item) == (PyTypeObject *)ir.seq;
+        Py_DECREF(item);
+        if (seq) return 1;
+    }
+    return 0;
+}
+
+/* _Builder._build_chain */
+static int build_chain(Build *b, PyObject **items, Py_ssize_t n, Py_ssize_t start,
+                       Py_ssize_t end) {
+    if (n == 0) return add_eps(b, start, end);
+    Py_ssize_t cur = start;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t next = i == n - 1 ? end : build_new_state(b);
+        if (next < 0 || build_node(b, items[i], cur, next) < 0) return -1;
+        cur = next;
+    }
+    return 0;
+}
+
+static int build_trie(Build *b, PyObject *literals, Py_ssize_t start, Py_ssize_t end);
+
+/* The Choice branch of _Builder._build */
+static int build_choice(Build *b, PyObject **items, Py_ssize_t n, Py_ssize_t start,
+                        Py_ssize_t end) {
+    if (n == 0 && set_may_die(b) < 0) return -1;
+    Py_ssize_t literals = 0;
+    for (Py_ssize_t i = 0; i < n; i++) literals += Py_TYPE(items[i]) == (PyTypeObject *)ir.literal;
+    if (literals > 1) {
+        PyObject *set = PySet_New(NULL);
+        if (!set) return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (Py_TYPE(items[i]) != (PyTypeObject *)ir.literal) continue;
+            PyObject *data = PyObject_GetAttr(items[i], s_data);
+            int bad = !data || PySet_Add(set, data) < 0;
+            Py_XDECREF(data);
+            if (bad) {
+                Py_DECREF(set);
+                return -1;
+            }
+        }
+        PyObject *sorted = PySequence_List(set);
+        Py_DECREF(set);
+        int bad = !sorted || PyList_Sort(sorted) < 0 || build_trie(b, sorted, start, end) < 0;
+        Py_XDECREF(sorted);
+        if (bad) return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (literals > 1 && Py_TYPE(items[i]) == (PyTypeObject *)ir.literal) continue;
+        Py_ssize_t s = build_new_state(b);
+        if (s < 0 || add_eps(b, start, s) < 0 || build_node(b, items[i], s, end) < 0) return -1;
+    }
+    return 0;
+}
+
+/* A rule reference whose rule is inlined already, as _Builder._build_ref does it: a copy of
+ * the rule's first fragment (builder._copy_range) between a new entry state and `end`.
+ * 1 when done, 0 when the reference needs _build_ref's decisions (first use, rule calls,
+ * recursion), -1 on error. */
+static int build_ref_copy(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
+    PyObject *name = PyObject_GetAttr(e, s_name), *inlined = NULL, *call_rules = NULL;
+    PyObject *built, *entry_obj = NULL, *exit_obj = NULL;
+    int rc = -1;
+    if (!name) return -1;
+    inlined = PyObject_GetAttr(b->builder, s_inlined);
+    call_rules = inlined ? PyObject_GetAttr(b->builder, s_call_rules) : NULL;
+    if (!call_rules) goto done;
+    if (!PyDict_Check(inlined) || !PyAnySet_Check(call_rules)) {
+        PyErr_SetString(PyExc_TypeError, "nfa build: _inlined is a dict, call_rules a set");
+        goto done;
+    }
+    built = PyDict_GetItemWithError(inlined, name);
+    if (!built) {
+        rc = PyErr_Occurred() ? -1 : 0;
+        goto done;
+    }
+    int called = PySet_Contains(call_rules, name);
+    int recursive = called ? called : PySequence_Contains(b->path, name);
+    if (recursive) {
+        rc = recursive < 0 ? -1 : 0;
+        goto done;
+    }
+    PyObject *first, *old_exit, *stop;
+    if (!PyArg_ParseTuple(built, "OOO", &first, &old_exit, &stop)) goto done;
+    Py_ssize_t entry = build_new_state(b);
+    if (entry < 0 || add_eps(b, start, entry) < 0) goto done;
+    entry_obj = PyLong_FromSsize_t(entry);
+    if (!entry_obj) goto done;
+    exit_obj = PyObject_CallMethodObjArgs(b->builder, s_copy_range, first, stop, old_exit,
+                                          entry_obj, NULL);
+    if (!exit_obj) goto done;
+    Py_ssize_t exit_ = PyLong_AsSsize_t(exit_obj);
+    if (exit_ == -1 && PyErr_Occurred()) goto done;
+    if (exit_ < 0 || exit_ >= PyList_GET_SIZE(b->eps)) {
+        PyErr_SetString(PyExc_ValueError, "nfa build: a copy's exit is out of the NFA");
+        goto done;
+    }
+    rc = add_eps(b, exit_, end) < 0 ? -1 : 1;
+done:
+    Py_DECREF(name);
+    Py_XDECREF(inlined);
+    Py_XDECREF(call_rules);
+    Py_XDECREF(entry_obj);
+    Py_XDECREF(exit_obj);
+    return rc;
+}
+
+static int build_in_python(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
+    PyObject *from = PyLong_FromSsize_t(start), *to = PyLong_FromSsize_t(end), *out = NULL;
+    if (from && to)
+        out = PyObject_CallMethodObjArgs(b->builder, s_build_py, e, from, to, b->path, NULL);
+    Py_XDECREF(from);
+    Py_XDECREF(to);
+    Py_XDECREF(out);
+    return out ? 0 : -1;
+}
+
+static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
+    PyTypeObject *type = Py_TYPE(e);
+    if (type == (PyTypeObject *)ir.literal) return build_literal(b, e, start, end);
+    if (type == (PyTypeObject *)ir.byte_set) return build_byte_set(b, e, start, end);
+    if (type == (PyTypeObject *)ir.ref) {
+        int done = build_ref_copy(b, e, start, end);
+        if (done) return done < 0 ? -1 : 0;
+    }
+    if (type != (PyTypeObject *)ir.seq && type != (PyTypeObject *)ir.choice)
+        return build_in_python(b, e, start, end);
+    PyObject *items_obj = PyObject_GetAttr(e, s_items);
+    if (!items_obj) return -1;
+    PyObject **items;
+    Py_ssize_t n;
+    int rc = items_of(items_obj, &items, &n, "an expression's items");
+    if (rc == 0 && Py_EnterRecursiveCall(" while building the NFA") == 0) {
+        if (type == (PyTypeObject *)ir.choice) {
+            rc = build_choice(b, items, n, start, end);
+        } else {
+            int loop = n ? may_be_separated(items, n) : 0;
+            rc = loop < 0 ? -1 : loop ? build_in_python(b, e, start, end)
+                                      : build_chain(b, items, n, start, end);
+        }
+        Py_LeaveRecursiveCall();
+    } else {
+        rc = -1;
+    }
+    Py_DECREF(items_obj);
+    return rc;
+}
+
+/* build(builder, max_states, expr, start, end, path) */
+static PyObject *build(PyObject *self, PyObject *args) {
+    (void)self;
+    Build b = {NULL, NULL, NULL, NULL, NULL, 0};
+    PyObject *e;
+    Py_ssize_t start, end;
+    if (!ir.literal) {
+        PyErr_SetString(PyExc_RuntimeError, "nfa build: setup() was not called");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OnOnnO", &b.builder, &b.max_states, &e, &start, &end, &b.path))
+        return NULL;
+    PyObject *nfa = PyObject_GetAttr(b.builder, s_nfa);
+    if (!nfa) return NULL;
+    b.eps = PyObject_GetAttr(nfa, s_eps);
+    b.bytes = PyObject_GetAttr(nfa, s_byte_edges);
+    b.calls = PyObject_GetAttr(nfa, s_call_edges);
+    Py_DECREF(nfa);
+    PyObject *out = NULL;
+    if (b.eps && b.bytes && b.calls) {
+        if (!PyList_Check(b.eps) || !PyList_Check(b.bytes) || !PyList_Check(b.calls)) {
+            PyErr_SetString(PyExc_TypeError, "nfa build: the NFA's edges are lists");
+        } else {
+            Py_ssize_t size = PyList_GET_SIZE(b.eps);
+            if (start < 0 || end < 0 || start >= size || end >= size ||
+                PyList_GET_SIZE(b.bytes) != size || PyList_GET_SIZE(b.calls) != size) {
+                PyErr_SetString(PyExc_ValueError, "nfa build: states out of the NFA");
+            } else if (build_node(&b, e, start, end) == 0) {
+                Py_INCREF(Py_None);
+                out = Py_None;
+            }
+        }
+    }
+    Py_XDECREF(b.eps);
+    Py_XDECREF(b.bytes);
+    Py_XDECREF(b.calls);
+    return out;
+}
+
+/* setup(literal, byte_set, seq, choice, repeat, ref, step_one, no_edges, too_large) */
+static PyObject *setup(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *objs[9];
+    if (!PyArg_ParseTuple(args, "OOOOOOO!O!O", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4], &objs[5], &PyList_Type, &objs[6], &PyTuple_Type, &objs[7],
+                          &objs[8]))
+        return NULL;
+    if (PyList_GET_SIZE(objs[6]) != 256) {
+        PyErr_SetString(PyExc_ValueError, "nfa build: step_one has one entry a byte value");
+        return NULL;
+    }
+    PyObject **slots[9] = {&ir.literal, &ir.byte_set, &ir.seq, &ir.choice, &ir.repeat,
+                           &ir.ref, &ir.step_one, &ir.no_edges, &ir.too_large};
+    for (int i = 0; i < 9; i++) {
+        Py_INCREF(objs[i]);
+        Py_XSETREF(*slots[i], objs[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+
+static int build_trie(Build *b, PyObject *literals, Py_ssize_t start, Py_ssize_t end) {
+    PyObject *out = trie_into(b->eps, b->bytes, b->calls, literals, start, end, ir.no_edges);
+    Py_XDECREF(out);
+    return out ? 0 : -1;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_VARARGS,
+     "setup(literal, byte_set, seq, choice, repeat, ref, step_one, no_edges, too_large): "
+     "the IR classes and shared containers build() uses"},
+    {"build", build, METH_VARARGS,
+     "build(builder, max_states, expr, start, end, path): _Builder._build in C for literals, "
+     "byte sets, "
+     "sequences and choices; other nodes go to builder._build_py"},
+    {"literal_trie", literal_trie, METH_VARARGS,
+     "literal_trie(eps, byte_edges, call_edges, literals, start, end, no_edges): append the "
+     "byte trie of sorted distinct literals from start to end"},
+    {"compact", compact, METH_VARARGS,
+     "compact(eps, byte_edges, first, stop, exit) -> (rows, exits) | None: a byte-only "
+     "fragment's subset construction, when smaller"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nfa_build",
+                                    "The NFA builder's inner loops in C.", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__nfa_build(void) {
+    PyObject **names[] = {&s_items, &s_data, &s_ranges, &s_item, &s_min, &s_max, &s_build_py,
+                          &s_may_die, &s_nfa, &s_eps, &s_byte_edges, &s_call_edges, &s_name,
+                          &s_inlined, &s_call_rules, &s_copy_range};
+    const char *texts[] = {"items", "data", "ranges", "item", "min", "max", "_build_py",
+                           "may_die", "nfa", "eps", "byte_edges", "call_edges", "name",
+                           "_inlined", "call_rules", "_copy_range"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        *names[i] = PyUnicode_InternFromString(texts[i]);
+        if (!*names[i]) return NULL;
+    }
+    return PyModule_Create(&module);
+}
