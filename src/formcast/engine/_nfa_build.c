@@ -1,10 +1,11 @@
 /* The NFA builder's inner loops in C (nfa._Builder, whose Python code is the fallback and
  * the reference: both build the same NFA, state for state, which tests compare).
  *
- *   build(builder, max_states, expr, start, end, path): the builder's _build for literals,
- *     byte sets, sequences, choices and further copies of inlined rules, recursing in C;
- *     every other node (character sets, repetitions, a rule's first use or call, separated
- *     lists) goes back to builder._build_py. A schema's NFA has hundreds of such nodes, each
+ *   build(builder, limits, expr, start, end, path): the builder's _build for literals,
+ *     byte and character sets, sequences, choices, repetitions built as copies or byte chains
+ *     and further copies of inlined rules, recursing in C; the rest (lazily copied
+ *     repetitions, a rule's first use or call, separated lists) goes back to
+ *     builder._build_py. A schema's NFA has hundreds of such nodes, each
  *     a few Python calls and a new state or two.
  *   literal_trie: the byte trie of an enum's literals.
  *   compact: the subset construction of a lazily repeated item.
@@ -16,6 +17,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 /* A growable stack of state numbers (a trie path). */
@@ -335,11 +337,191 @@ static PyObject *literal_trie(PyObject *self, PyObject *args) {
     return trie_into(eps, byte_edges, call_edges, literals, start, end, no_edges);
 }
 
+
+/* ------------------------------------------------------------------ repetition records */
+
+/* A tuple with the items of an edge container (itself when it is one already). */
+static PyObject *as_tuple(PyObject *container) {
+    if (PyTuple_CheckExact(container)) return Py_NewRef(container);
+    return PySequence_Tuple(container);
+}
+
+/* frozen_range(eps, byte_edges, call_edges, first, stop, exit): nfa._frozen_range. */
+static PyObject *frozen_range(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *lists[3];
+    Py_ssize_t first, stop, exit_;
+    if (!PyArg_ParseTuple(args, "O!O!O!nnn", &PyList_Type, &lists[0], &PyList_Type, &lists[1],
+                          &PyList_Type, &lists[2], &first, &stop, &exit_))
+        return NULL;
+    for (int k = 0; k < 3; k++)
+        if (first < 0 || stop < first || stop > PyList_GET_SIZE(lists[k])) {
+            PyErr_SetString(PyExc_ValueError, "frozen_range: range out of the NFA");
+            return NULL;
+        }
+    PyObject *out = PyList_New(stop - first);
+    if (!out) return NULL;
+    for (Py_ssize_t x = first; x < stop; x++) {
+        PyObject *parts[3];
+        for (int k = 0; k < 3; k++) {
+            parts[k] = k == 0 && x == exit_ ? PyTuple_New(0)
+                                            : as_tuple(PyList_GET_ITEM(lists[k], x));
+            if (!parts[k]) {
+                for (int j = 0; j < k; j++) Py_DECREF(parts[j]);
+                Py_DECREF(out);
+                return NULL;
+            }
+            if (x != exit_ && x != first) /* frozen in place: copies share it */
+                PyList_SetItem(lists[k], x, Py_NewRef(parts[k]));
+        }
+        PyObject *triple = PyTuple_Pack(3, parts[0], parts[1], parts[2]);
+        for (int k = 0; k < 3; k++) Py_DECREF(parts[k]);
+        if (!triple) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, x - first, triple);
+    }
+    return out;
+}
+
+typedef struct {
+    long long cost;
+    Py_ssize_t x;
+} HeapItem;
+
+static void heap_push(HeapItem *heap, Py_ssize_t *n, HeapItem item) {
+    Py_ssize_t i = (*n)++;
+    while (i > 0) {
+        Py_ssize_t parent = (i - 1) / 2;
+        if (heap[parent].cost <= item.cost) break;
+        heap[i] = heap[parent];
+        i = parent;
+    }
+    heap[i] = item;
+}
+
+static HeapItem heap_pop(HeapItem *heap, Py_ssize_t *n) {
+    HeapItem top = heap[0], last = heap[--(*n)];
+    Py_ssize_t i = 0;
+    for (;;) {
+        Py_ssize_t child = 2 * i + 1;
+        if (child >= *n) break;
+        if (child + 1 < *n && heap[child + 1].cost < heap[child].cost) child++;
+        if (heap[child].cost >= last.cost) break;
+        heap[i] = heap[child];
+        i = child;
+    }
+    if (*n > 0) heap[i] = last;
+    return top;
+}
+
+/* Relax the edges in `container` (ints, or tuples whose last item is the offset) of state x. */
+static int relax(PyObject *container, int tuples, Py_ssize_t x, long long cost, long long step,
+                 Py_ssize_t first, Py_ssize_t n, long long *best, HeapItem *heap,
+                 Py_ssize_t *size, Py_ssize_t cap) {
+    PyObject **items;
+    Py_ssize_t k;
+    if (items_of(container, &items, &k, "edges") < 0) return -1;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *d_obj = items[j];
+        if (tuples) {
+            if (!PyTuple_Check(d_obj) || PyTuple_GET_SIZE(d_obj) < 2) {
+                PyErr_SetString(PyExc_TypeError, "min_bytes: edges are tuples");
+                return -1;
+            }
+            d_obj = PyTuple_GET_ITEM(d_obj, PyTuple_GET_SIZE(d_obj) - 1);
+        }
+        Py_ssize_t d = PyLong_AsSsize_t(d_obj);
+        if (d == -1 && PyErr_Occurred()) return -1;
+        Py_ssize_t y = x + d - first;
+        if (y < 0 || y >= n || cost + step >= best[y]) continue;
+        if (*size >= cap) {
+            PyErr_SetString(PyExc_RuntimeError, "min_bytes: heap overflow");
+            return -1;
+        }
+        best[y] = cost + step;
+        heap_push(heap, size, (HeapItem){cost + step, y});
+    }
+    return 0;
+}
+
+/* min_bytes(edges, first, exit_offset, inner): LazyRepeat._item_min_bytes, the fewest bytes
+ * from the first copy's first state to its exit. `edges` is the copy's (eps, byte edges,
+ * call edges) snapshot, `inner` lists (state, end, cost) for the exits of inner repetitions
+ * (their remaining copies). 0 when the exit is not reached. */
+static PyObject *min_bytes(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *edges, *inner;
+    Py_ssize_t first, exit_offset;
+    if (!PyArg_ParseTuple(args, "O!nnO!", &PyList_Type, &edges, &first, &exit_offset,
+                          &PyList_Type, &inner))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(edges), n_inner = PyList_GET_SIZE(inner);
+    if (n == 0) return PyLong_FromLong(0);
+    /* every state is pushed at most once per improvement: bound the heap by the edges */
+    Py_ssize_t cap = 1 + n_inner;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyList_GET_ITEM(edges, i);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) {
+            PyErr_SetString(PyExc_TypeError, "min_bytes: edges are (eps, bytes, calls)");
+            return NULL;
+        }
+        for (int k = 0; k < 3; k++) cap += PyObject_Length(PyTuple_GET_ITEM(t, k));
+        if (PyErr_Occurred()) return NULL;
+    }
+    long long *best = malloc(sizeof(long long) * (size_t)n);
+    HeapItem *heap = malloc(sizeof(HeapItem) * (size_t)cap);
+    PyObject *out = NULL;
+    if (!best || !heap) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) best[i] = LLONG_MAX;
+    Py_ssize_t size = 0;
+    long long answer = 0;
+    best[0] = 0;
+    heap_push(heap, &size, (HeapItem){0, 0});
+    while (size) {
+        HeapItem top = heap_pop(heap, &size);
+        if (top.x == exit_offset) {
+            answer = top.cost;
+            break;
+        }
+        if (top.cost > best[top.x]) continue;
+        PyObject *t = PyList_GET_ITEM(edges, top.x);
+        Py_ssize_t x = first + top.x;
+        if (relax(PyTuple_GET_ITEM(t, 0), 0, x, top.cost, 0, first, n, best, heap, &size, cap) ||
+            relax(PyTuple_GET_ITEM(t, 1), 1, x, top.cost, 1, first, n, best, heap, &size, cap) ||
+            relax(PyTuple_GET_ITEM(t, 2), 1, x, top.cost, 0, first, n, best, heap, &size, cap))
+            goto done;
+        for (Py_ssize_t i = 0; i < n_inner; i++) {
+            Py_ssize_t at, to;
+            long long more;
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(inner, i), "nnL", &at, &to, &more)) goto done;
+            if (at != x) continue;
+            Py_ssize_t y = to - first;
+            if (y < 0 || y >= n || top.cost + more >= best[y]) continue;
+            if (size >= cap) {
+                PyErr_SetString(PyExc_RuntimeError, "min_bytes: heap overflow");
+                goto done;
+            }
+            best[y] = top.cost + more;
+            heap_push(heap, &size, (HeapItem){top.cost + more, y});
+        }
+    }
+    out = PyLong_FromLongLong(answer);
+done:
+    free(best);
+    free(heap);
+    return out;
+}
+
 /* ------------------------------------------------------------------ build */
 
 /* Set once by setup(): the IR classes, shared edge containers and the size limit. */
 static struct {
-    PyObject *literal, *byte_set, *seq, *choice, *repeat, *ref;
+    PyObject *literal, *byte_set, *char_set, *seq, *choice, *repeat, *ref;
     PyObject *step_one; /* list: step_one[b] == ((b, b, 1),) */
     PyObject *no_edges; /* () */
     PyObject *too_large; /* callable returning the exception for an NFA past its bound */
@@ -347,11 +529,11 @@ static struct {
 
 static PyObject *s_items, *s_data, *s_ranges, *s_item, *s_min, *s_max, *s_build_py,
     *s_may_die, *s_nfa, *s_eps, *s_byte_edges, *s_call_edges, *s_name, *s_inlined,
-    *s_call_rules, *s_copy_range;
+    *s_call_rules, *s_copy_range, *s_utf8_paths, *s_build_lazy_repeat;
 
 typedef struct {
     PyObject *builder, *path, *eps, *bytes, *calls;
-    Py_ssize_t max_states;
+    Py_ssize_t max_states, byte_chain_max, lazy_repeat_min; /* nfa.py's limits */
 } Build;
 
 static int raise_too_large(void) {
@@ -578,6 +760,223 @@ done:
     return rc;
 }
 
+
+/* builder._utf8_paths(e): a character set's UTF-8 byte-range paths (new reference). */
+static PyObject *utf8_paths(Build *b, PyObject *e) {
+    PyObject *paths = PyObject_CallMethodObjArgs(b->builder, s_utf8_paths, e, NULL);
+    if (paths && !PyList_Check(paths)) {
+        PyErr_SetString(PyExc_TypeError, "nfa build: _utf8_paths returns a list");
+        Py_CLEAR(paths);
+    }
+    return paths;
+}
+
+/* The CharSet branch of _Builder._build: paths that end alike share their last states. */
+static int build_char_set(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
+    PyObject *paths = utf8_paths(b, e);
+    if (!paths) return -1;
+    int rc = PyList_GET_SIZE(paths) ? 0 : set_may_die(b);
+    PyObject *tails = PyDict_New(); /* the rest of a path (tuple of ranges) -> its state */
+    if (!tails) rc = -1;
+    for (Py_ssize_t p = 0; rc == 0 && p < PyList_GET_SIZE(paths); p++) {
+        PyObject **steps;
+        Py_ssize_t n;
+        if (items_of(PyList_GET_ITEM(paths, p), &steps, &n, "a UTF-8 path") < 0) {
+            rc = -1;
+            break;
+        }
+        Py_ssize_t cur = start;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *lo, *hi;
+            if (!PyArg_ParseTuple(steps[i], "OO", &lo, &hi)) {
+                rc = -1;
+                break;
+            }
+            if (i == n - 1) {
+                rc = add_edge(b->bytes, cur, Py_BuildValue("(OOn)", lo, hi, end - cur));
+                break;
+            }
+            PyObject *rest = PyTuple_New(n - i - 1);
+            if (!rest) {
+                rc = -1;
+                break;
+            }
+            for (Py_ssize_t j = i + 1; j < n; j++) {
+                Py_INCREF(steps[j]);
+                PyTuple_SET_ITEM(rest, j - i - 1, steps[j]);
+            }
+            PyObject *known = PyDict_GetItemWithError(tails, rest);
+            if (known || PyErr_Occurred()) {
+                Py_ssize_t next = known ? PyLong_AsSsize_t(known) : -1;
+                Py_DECREF(rest);
+                rc = next < 0 ? -1
+                              : add_edge(b->bytes, cur, Py_BuildValue("(OOn)", lo, hi, next - cur));
+                break; /* the rest of this path is built already */
+            }
+            Py_ssize_t next = build_new_state(b);
+            PyObject *at = next < 0 ? NULL : PyLong_FromSsize_t(next);
+            int bad = !at || PyDict_SetItem(tails, rest, at) < 0;
+            Py_XDECREF(at);
+            Py_DECREF(rest);
+            if (bad || add_edge(b->bytes, cur, Py_BuildValue("(OOn)", lo, hi, next - cur)) < 0) {
+                rc = -1;
+                break;
+            }
+            cur = next;
+        }
+    }
+    Py_XDECREF(tails);
+    Py_DECREF(paths);
+    return rc;
+}
+
+/* _Builder._single_byte_ranges: the (lo, hi) ranges of an item that is one byte, as a new
+ * list; Py_None (new reference) when it is not one byte. */
+static PyObject *single_byte_ranges(Build *b, PyObject *item) {
+    PyTypeObject *type = Py_TYPE(item);
+    if (type == (PyTypeObject *)ir.byte_set) {
+        PyObject *ranges = PyObject_GetAttr(item, s_ranges);
+        if (!ranges) return NULL;
+        PyObject *out = PyObject_IsTrue(ranges) ? PySequence_List(ranges) : Py_NewRef(Py_None);
+        Py_DECREF(ranges);
+        return out;
+    }
+    if (type != (PyTypeObject *)ir.char_set) return Py_NewRef(Py_None);
+    PyObject *paths = utf8_paths(b, item);
+    if (!paths) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(paths);
+    PyObject *out = n ? PyList_New(n) : Py_NewRef(Py_None);
+    for (Py_ssize_t i = 0; out && out != Py_None && i < n; i++) {
+        PyObject **steps;
+        Py_ssize_t k;
+        if (items_of(PyList_GET_ITEM(paths, i), &steps, &k, "a UTF-8 path") < 0) {
+            Py_CLEAR(out);
+            break;
+        }
+        if (k != 1) {
+            Py_DECREF(out);
+            out = Py_NewRef(Py_None);
+            break;
+        }
+        Py_INCREF(steps[0]);
+        PyList_SET_ITEM(out, i, steps[0]);
+    }
+    Py_DECREF(paths);
+    return out;
+}
+
+/* _Builder._build_byte_chain: [set]{low,high} as `high` byte steps, each past `low` free to
+ * leave. */
+static int build_byte_chain(Build *b, PyObject *ranges, Py_ssize_t low, Py_ssize_t high,
+                            Py_ssize_t start, Py_ssize_t end) {
+    Py_ssize_t cur = start;
+    for (Py_ssize_t i = 0; i < high; i++) {
+        if (i >= low && add_eps(b, cur, end) < 0) return -1;
+        Py_ssize_t next = i == high - 1 ? end : build_new_state(b);
+        if (next < 0) return -1;
+        for (Py_ssize_t r = 0; r < PyList_GET_SIZE(ranges); r++) {
+            PyObject *lo, *hi;
+            if (!PyArg_ParseTuple(PyList_GET_ITEM(ranges, r), "OO", &lo, &hi) ||
+                add_edge(b->bytes, cur, Py_BuildValue("(OOn)", lo, hi, next - cur)) < 0)
+                return -1;
+        }
+        cur = next;
+    }
+    return high == 0 ? add_eps(b, start, end) : 0;
+}
+
+/* builder._copy_range(first, stop, exit, entry): the exit of the copy, or -1. */
+static Py_ssize_t copy_range(Build *b, PyObject *first, PyObject *stop, PyObject *old_exit,
+                             Py_ssize_t entry) {
+    PyObject *entry_obj = PyLong_FromSsize_t(entry);
+    if (!entry_obj) return -1;
+    PyObject *exit_obj = PyObject_CallMethodObjArgs(b->builder, s_copy_range, first, stop,
+                                                    old_exit, entry_obj, NULL);
+    Py_DECREF(entry_obj);
+    if (!exit_obj) return -1;
+    Py_ssize_t exit_ = PyLong_AsSsize_t(exit_obj);
+    Py_DECREF(exit_obj);
+    if (exit_ == -1 && PyErr_Occurred()) return -1;
+    if (exit_ < 0 || exit_ >= PyList_GET_SIZE(b->eps)) {
+        PyErr_SetString(PyExc_ValueError, "nfa build: a copy's exit is out of the NFA");
+        return -1;
+    }
+    return exit_;
+}
+
+/* The copies of _Builder._build_repeat: the first built, the others pasted from it. */
+static int build_copies(Build *b, PyObject *item, Py_ssize_t min, Py_ssize_t max,
+                        Py_ssize_t start, Py_ssize_t end) {
+    Py_ssize_t copies = min + (max < 0 ? 1 : max - min);
+    PyObject *t_first = NULL, *t_exit = NULL, *t_stop = NULL;
+    Py_ssize_t cur = start;
+    int rc = -1;
+    for (Py_ssize_t i = 0; i < copies; i++) {
+        int optional = i >= min;
+        if (optional && max >= 0 && add_eps(b, cur, end) < 0) goto done;
+        Py_ssize_t entry = build_new_state(b), exit_;
+        if (entry < 0 || add_eps(b, cur, entry) < 0) goto done;
+        if (!t_first) {
+            exit_ = build_new_state(b);
+            if (exit_ < 0 || build_node(b, item, entry, exit_) < 0) goto done;
+            t_first = PyLong_FromSsize_t(entry);
+            t_exit = PyLong_FromSsize_t(exit_);
+            t_stop = PyLong_FromSsize_t(PyList_GET_SIZE(b->eps));
+            if (!t_first || !t_exit || !t_stop) goto done;
+        } else {
+            exit_ = copy_range(b, t_first, t_stop, t_exit, entry);
+            if (exit_ < 0) goto done;
+        }
+        if (optional && max < 0) { /* item* loops on its single optional copy */
+            rc = add_eps(b, exit_, entry) < 0 || add_eps(b, entry, end) < 0 ? -1 : 0;
+            goto done;
+        }
+        cur = exit_;
+    }
+    rc = add_eps(b, cur, end);
+done:
+    Py_XDECREF(t_first);
+    Py_XDECREF(t_exit);
+    Py_XDECREF(t_stop);
+    return rc;
+}
+
+/* _Builder._build_repeat; lazily copied repetitions go to builder._build_lazy_repeat. */
+static int build_repeat(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
+    PyObject *item = PyObject_GetAttr(e, s_item), *min_obj = NULL, *max_obj = NULL;
+    PyObject *ranges = NULL;
+    int rc = -1;
+    if (!item) return -1;
+    min_obj = PyObject_GetAttr(e, s_min);
+    max_obj = min_obj ? PyObject_GetAttr(e, s_max) : NULL;
+    if (!max_obj) goto done;
+    Py_ssize_t min = PyLong_AsSsize_t(min_obj);
+    Py_ssize_t max = max_obj == Py_None ? -1 : PyLong_AsSsize_t(max_obj);
+    if (PyErr_Occurred()) goto done;
+    ranges = single_byte_ranges(b, item);
+    if (!ranges) goto done;
+    if (ranges != Py_None && max >= 0 && max <= b->byte_chain_max) {
+        rc = build_byte_chain(b, ranges, min, max, start, end);
+    } else if (max >= 0 && max >= b->lazy_repeat_min) {
+        PyObject *from = PyLong_FromSsize_t(start), *to = PyLong_FromSsize_t(end), *out = NULL;
+        if (from && to)
+            out = PyObject_CallMethodObjArgs(b->builder, s_build_lazy_repeat, e, from, to,
+                                             b->path, NULL);
+        Py_XDECREF(from);
+        Py_XDECREF(to);
+        rc = out ? 0 : -1;
+        Py_XDECREF(out);
+    } else {
+        rc = build_copies(b, item, min, max, start, end);
+    }
+done:
+    Py_DECREF(item);
+    Py_XDECREF(min_obj);
+    Py_XDECREF(max_obj);
+    Py_XDECREF(ranges);
+    return rc;
+}
+
 static int build_in_python(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
     PyObject *from = PyLong_FromSsize_t(start), *to = PyLong_FromSsize_t(end), *out = NULL;
     if (from && to)
@@ -592,6 +991,13 @@ static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
     PyTypeObject *type = Py_TYPE(e);
     if (type == (PyTypeObject *)ir.literal) return build_literal(b, e, start, end);
     if (type == (PyTypeObject *)ir.byte_set) return build_byte_set(b, e, start, end);
+    if (type == (PyTypeObject *)ir.char_set) return build_char_set(b, e, start, end);
+    if (type == (PyTypeObject *)ir.repeat) {
+        if (Py_EnterRecursiveCall(" while building the NFA")) return -1;
+        int rc = build_repeat(b, e, start, end);
+        Py_LeaveRecursiveCall();
+        return rc;
+    }
     if (type == (PyTypeObject *)ir.ref) {
         int done = build_ref_copy(b, e, start, end);
         if (done) return done < 0 ? -1 : 0;
@@ -619,17 +1025,18 @@ static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
     return rc;
 }
 
-/* build(builder, max_states, expr, start, end, path) */
+/* build(builder, (max_states, byte_chain_max, lazy_repeat_min), expr, start, end, path) */
 static PyObject *build(PyObject *self, PyObject *args) {
     (void)self;
-    Build b = {NULL, NULL, NULL, NULL, NULL, 0};
+    Build b = {NULL, NULL, NULL, NULL, NULL, 0, 0, 0};
     PyObject *e;
     Py_ssize_t start, end;
     if (!ir.literal) {
         PyErr_SetString(PyExc_RuntimeError, "nfa build: setup() was not called");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "OnOnnO", &b.builder, &b.max_states, &e, &start, &end, &b.path))
+    if (!PyArg_ParseTuple(args, "O(nnn)OnnO", &b.builder, &b.max_states, &b.byte_chain_max,
+                          &b.lazy_repeat_min, &e, &start, &end, &b.path))
         return NULL;
     PyObject *nfa = PyObject_GetAttr(b.builder, s_nfa);
     if (!nfa) return NULL;
@@ -658,21 +1065,22 @@ static PyObject *build(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* setup(literal, byte_set, seq, choice, repeat, ref, step_one, no_edges, too_large) */
+/* setup(literal, byte_set, char_set, seq, choice, repeat, ref, step_one, no_edges,
+ *       too_large) */
 static PyObject *setup(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *objs[9];
-    if (!PyArg_ParseTuple(args, "OOOOOOO!O!O", &objs[0], &objs[1], &objs[2], &objs[3],
-                          &objs[4], &objs[5], &PyList_Type, &objs[6], &PyTuple_Type, &objs[7],
-                          &objs[8]))
+    PyObject *objs[10];
+    if (!PyArg_ParseTuple(args, "OOOOOOOO!O!O", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4], &objs[5], &objs[6], &PyList_Type, &objs[7], &PyTuple_Type,
+                          &objs[8], &objs[9]))
         return NULL;
-    if (PyList_GET_SIZE(objs[6]) != 256) {
+    if (PyList_GET_SIZE(objs[7]) != 256) {
         PyErr_SetString(PyExc_ValueError, "nfa build: step_one has one entry a byte value");
         return NULL;
     }
-    PyObject **slots[9] = {&ir.literal, &ir.byte_set, &ir.seq, &ir.choice, &ir.repeat,
-                           &ir.ref, &ir.step_one, &ir.no_edges, &ir.too_large};
-    for (int i = 0; i < 9; i++) {
+    PyObject **slots[10] = {&ir.literal, &ir.byte_set, &ir.char_set, &ir.seq, &ir.choice,
+                            &ir.repeat, &ir.ref, &ir.step_one, &ir.no_edges, &ir.too_large};
+    for (int i = 0; i < 10; i++) {
         Py_INCREF(objs[i]);
         Py_XSETREF(*slots[i], objs[i]);
     }
@@ -688,15 +1096,19 @@ static int build_trie(Build *b, PyObject *literals, Py_ssize_t start, Py_ssize_t
 
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS,
-     "setup(literal, byte_set, seq, choice, repeat, ref, step_one, no_edges, too_large): "
+     "setup(literal, byte_set, char_set, seq, choice, repeat, ref, step_one, no_edges, "
+     "too_large): "
      "the IR classes and shared containers build() uses"},
     {"build", build, METH_VARARGS,
-     "build(builder, max_states, expr, start, end, path): _Builder._build in C for literals, "
-     "byte sets, "
-     "sequences and choices; other nodes go to builder._build_py"},
+     "build(builder, limits, expr, start, end, path): _Builder._build in C for its plain "
+     "nodes; the others go to builder._build_py"},
     {"literal_trie", literal_trie, METH_VARARGS,
      "literal_trie(eps, byte_edges, call_edges, literals, start, end, no_edges): append the "
      "byte trie of sorted distinct literals from start to end"},
+    {"frozen_range", frozen_range, METH_VARARGS,
+     "frozen_range(eps, byte_edges, call_edges, first, stop, exit): nfa._frozen_range"},
+    {"min_bytes", min_bytes, METH_VARARGS,
+     "min_bytes(edges, first, exit_offset, inner) -> the fewest bytes across one copy"},
     {"compact", compact, METH_VARARGS,
      "compact(eps, byte_edges, first, stop, exit) -> (rows, exits) | None: a byte-only "
      "fragment's subset construction, when smaller"},
@@ -709,10 +1121,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nfa_build",
 PyMODINIT_FUNC PyInit__nfa_build(void) {
     PyObject **names[] = {&s_items, &s_data, &s_ranges, &s_item, &s_min, &s_max, &s_build_py,
                           &s_may_die, &s_nfa, &s_eps, &s_byte_edges, &s_call_edges, &s_name,
-                          &s_inlined, &s_call_rules, &s_copy_range};
+                          &s_inlined, &s_call_rules, &s_copy_range, &s_utf8_paths,
+                          &s_build_lazy_repeat};
     const char *texts[] = {"items", "data", "ranges", "item", "min", "max", "_build_py",
                            "may_die", "nfa", "eps", "byte_edges", "call_edges", "name",
-                           "_inlined", "call_rules", "_copy_range"};
+                           "_inlined", "call_rules", "_copy_range", "_utf8_paths",
+                           "_build_lazy_repeat"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *names[i] = PyUnicode_InternFromString(texts[i]);
         if (!*names[i]) return NULL;

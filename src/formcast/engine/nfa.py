@@ -203,6 +203,9 @@ def _frozen_range(nfa: NFA, first: int, stop: int, exit_: int) -> list[tuple]:
     the containers of every state but the first and the exit to tuples in place (copies share
     them; a change to a shared container would change every copy, so none is allowed). The
     first state's and the exit's are copied: the builder may still extend those."""
+    if _nfa_build is not None and nfa.native_paste:
+        return _nfa_build.frozen_range(nfa.eps, nfa.byte_edges, nfa.call_edges, first, stop,
+                                       exit_)
     out = []
     for x in range(first, stop):
         parts = (nfa.eps[x], nfa.byte_edges[x], nfa.call_edges[x])
@@ -276,6 +279,10 @@ class LazyRepeat:
 
     def _item_min_bytes(self) -> int:
         """The fewest bytes one copy can take (rule calls counted as 0, so a lower bound)."""
+        if _nfa_build is not None and self.nfa.native_paste:
+            exits = {r.first + off: r for r, off in self.inner}
+            inner = [(x, r.end, (max(r.minimum, 1) - 1) * r.min_bytes) for x, r in exits.items()]
+            return _nfa_build.min_bytes(self.edges, self.first, self.exit_offset, inner)
         first = self.first
         exit_ = first + self.exit_offset
         stop = first + len(self.edges)
@@ -480,8 +487,9 @@ class _Builder:
         self.may_die = False
         self._uses: dict[str, int] | None = None  # references per rule, counted when needed
         if _nfa_build is not None and self.nfa.native_paste:
-            # Literals, byte sets, sequences and choices in C; it calls _build_py for the rest.
-            self._build = partial(_nfa_build.build, self, MAX_NFA_STATES)  # type: ignore
+            # The plain nodes in C (see _nfa_build.c); it calls _build_py for the rest.
+            self._build = partial(_nfa_build.build, self,  # type: ignore[method-assign]
+                                  (MAX_NFA_STATES, BYTE_CHAIN_MAX, LAZY_REPEAT_MIN))
 
     def _utf8_paths(self, e: CharSet) -> list[list[tuple[int, int]]]:
         got = self._utf8_memo.get(e)
@@ -979,5 +987,5 @@ def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[s
 
 
 if _nfa_build is not None:
-    _nfa_build.setup(Literal, ByteSet, Seq, Choice, Repeat, Ref, _STEP_ONE, _NO_EDGES,
+    _nfa_build.setup(Literal, ByteSet, CharSet, Seq, Choice, Repeat, Ref, _STEP_ONE, _NO_EDGES,
                      _too_large)
