@@ -153,6 +153,29 @@ def test_c_and_python_build_the_same_literal_trie(literals):
         _assert_same_nfa(grammar, monkeypatch)
 
 
+def _grammar_scans(grammar: Grammar) -> tuple:
+    from formcast.engine import nfa as nfa_module
+
+    rules = grammar.engine_rules
+    builder = nfa_module._Builder(rules, {grammar.start})
+    sizes = {name: builder._inline_size(name, ()) for name in sorted(rules)}
+    return (nfa_module._reference_counts(rules),
+            nfa_module._choose_call_rules(rules, grammar.start),
+            nfa_module._rules_productive(rules, set(rules)), sizes)
+
+
+@needs_native
+@fuzz_settings(120)
+@given(grammar=grammars())
+def test_c_and_python_scan_grammars_alike(grammar):
+    """Reference counts, call rules, productive rules and inlined sizes (ref_names, derives,
+    expr_size in C) decide the NFA's shape: the same answers either way."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        native = _grammar_scans(grammar)
+        monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
+        assert _grammar_scans(grammar) == native
+
+
 @needs_native
 def test_c_and_python_compact_a_json_string_character_alike(monkeypatch):
     """A counted JSON string's character (every escape spelled exactly) is ~90 NFA states

@@ -57,6 +57,19 @@ static int items_of(PyObject *seq, PyObject ***items, Py_ssize_t *n, const char 
     return -1;
 }
 
+/* Set once by setup(): the IR classes, shared edge containers and the size limit. */
+static struct {
+    PyObject *literal, *byte_set, *char_set, *seq, *choice, *repeat, *ref;
+    PyObject *step_one; /* list: step_one[b] == ((b, b, 1),) */
+    PyObject *no_edges; /* () */
+    PyObject *too_large; /* callable returning the exception for an NFA past its bound */
+} ir;
+
+static PyObject *s_items, *s_data, *s_ranges, *s_item, *s_min, *s_max, *s_build_py,
+    *s_may_die, *s_nfa, *s_eps, *s_byte_edges, *s_call_edges, *s_name, *s_inlined,
+    *s_call_rules, *s_copy_range, *s_utf8_paths, *s_build_lazy_repeat, *s_codepoint_ranges,
+    *s_inline_size;
+
 /* compact(eps, byte_edges, first, stop, exit): the subset construction of the byte-only NFA
  * fragment [first, stop) (a lazily repeated item, see nfa._Builder._compact_fragment), when
  * its DFA has fewer states than the fragment; None otherwise, or when an edge leaves the
@@ -517,19 +530,212 @@ done:
     return out;
 }
 
+
+/* ------------------------------------------------------------------ grammar scans */
+
+/* Append the names of the rules `e` refers to (with repeats) to `out`. */
+static int collect_refs(PyObject *e, PyObject *out) {
+    PyTypeObject *type = Py_TYPE(e);
+    if (type == (PyTypeObject *)ir.ref) {
+        PyObject *name = PyObject_GetAttr(e, s_name);
+        int bad = !name || PyList_Append(out, name) < 0;
+        Py_XDECREF(name);
+        return bad ? -1 : 0;
+    }
+    PyObject *sub;
+    if (type == (PyTypeObject *)ir.seq || type == (PyTypeObject *)ir.choice)
+        sub = PyObject_GetAttr(e, s_items);
+    else if (type == (PyTypeObject *)ir.repeat)
+        sub = PyObject_GetAttr(e, s_item);
+    else
+        return 0;
+    if (!sub) return -1;
+    int rc = 0;
+    if (Py_EnterRecursiveCall(" while scanning the grammar")) {
+        rc = -1;
+    } else if (type == (PyTypeObject *)ir.repeat) {
+        rc = collect_refs(sub, out);
+        Py_LeaveRecursiveCall();
+    } else {
+        PyObject **items;
+        Py_ssize_t n;
+        rc = items_of(sub, &items, &n, "an expression's items");
+        for (Py_ssize_t i = 0; rc == 0 && i < n; i++) rc = collect_refs(items[i], out);
+        Py_LeaveRecursiveCall();
+    }
+    Py_DECREF(sub);
+    return rc;
+}
+
+/* ref_names(expr) -> the names of the rules expr refers to, each as often as it does */
+static PyObject *ref_names(PyObject *self, PyObject *e) {
+    (void)self;
+    PyObject *out = PyList_New(0);
+    if (out && collect_refs(e, out) < 0) Py_CLEAR(out);
+    return out;
+}
+
+/* Whether `e` derives a string, given the rules known to (nfa._rules_productive). 1, 0 or
+ * -1 on error. */
+static int derives_string(PyObject *e, PyObject *productive) {
+    PyTypeObject *type = Py_TYPE(e);
+    if (type == (PyTypeObject *)ir.literal) return 1;
+    if (type == (PyTypeObject *)ir.ref) {
+        PyObject *name = PyObject_GetAttr(e, s_name);
+        if (!name) return -1;
+        int got = PySet_Contains(productive, name);
+        Py_DECREF(name);
+        return got;
+    }
+    if (type == (PyTypeObject *)ir.byte_set || type == (PyTypeObject *)ir.char_set) {
+        PyObject *ranges = type == (PyTypeObject *)ir.byte_set
+                               ? PyObject_GetAttr(e, s_ranges)
+                               : PyObject_CallMethodNoArgs(e, s_codepoint_ranges);
+        if (!ranges) return -1;
+        int got = PyObject_IsTrue(ranges);
+        Py_DECREF(ranges);
+        return got;
+    }
+    if (type == (PyTypeObject *)ir.repeat) {
+        PyObject *min = PyObject_GetAttr(e, s_min);
+        if (!min) return -1;
+        int zero = PyObject_Not(min);
+        Py_DECREF(min);
+        if (zero) return zero;
+        PyObject *item = PyObject_GetAttr(e, s_item);
+        if (!item) return -1;
+        int got = Py_EnterRecursiveCall(" while scanning the grammar") ? -1
+                                                                        : derives_string(item, productive);
+        if (got >= 0) Py_LeaveRecursiveCall();
+        Py_DECREF(item);
+        return got;
+    }
+    int all = type == (PyTypeObject *)ir.seq;
+    if (!all && type != (PyTypeObject *)ir.choice) return 0;
+    PyObject *sub = PyObject_GetAttr(e, s_items);
+    if (!sub) return -1;
+    PyObject **items;
+    Py_ssize_t n;
+    int got = items_of(sub, &items, &n, "an expression's items");
+    if (got == 0 && Py_EnterRecursiveCall(" while scanning the grammar")) got = -1;
+    if (got == 0) {
+        got = all; /* an empty sequence derives "", an empty choice nothing */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int one = derives_string(items[i], productive);
+            if (one < 0 || one != all) {
+                got = one;
+                break;
+            }
+        }
+        Py_LeaveRecursiveCall();
+    }
+    Py_DECREF(sub);
+    return got;
+}
+
+/* derives(expr, productive) -> whether expr derives a string (rules: those in productive) */
+static PyObject *derives(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *e, *productive;
+    if (!PyArg_ParseTuple(args, "OO!", &e, &PySet_Type, &productive)) return NULL;
+    int got = derives_string(e, productive);
+    return got < 0 ? NULL : PyBool_FromLong(got);
+}
+
+/* Saturating: sizes are only compared with the inlining limits. */
+#define SIZE_CAP ((long long)1 << 60)
+
+static long long size_add(long long a, long long b) {
+    return a > SIZE_CAP - b ? SIZE_CAP : a + b;
+}
+
+static long long size_mul(long long a, long long b) {
+    return b != 0 && a > SIZE_CAP / b ? SIZE_CAP : a * b;
+}
+
+/* _Builder._expr_size; rule references go to builder._inline_size. -1 on error. */
+static long long expr_size_of(PyObject *builder, long long lazy_min, PyObject *e,
+                              PyObject *path) {
+    PyTypeObject *type = Py_TYPE(e);
+    if (type == (PyTypeObject *)ir.literal) {
+        PyObject *data = PyObject_GetAttr(e, s_data);
+        if (!data) return -1;
+        Py_ssize_t n = PyObject_Length(data);
+        Py_DECREF(data);
+        return n < 0 ? -1 : n + 1;
+    }
+    if (type == (PyTypeObject *)ir.byte_set || type == (PyTypeObject *)ir.char_set) return 4;
+    if (Py_EnterRecursiveCall(" while sizing the grammar")) return -1;
+    long long out = -1;
+    if (type == (PyTypeObject *)ir.seq || type == (PyTypeObject *)ir.choice) {
+        PyObject *sub = PyObject_GetAttr(e, s_items);
+        PyObject **items;
+        Py_ssize_t n;
+        if (sub && items_of(sub, &items, &n, "an expression's items") == 0) {
+            out = 2;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                long long one = expr_size_of(builder, lazy_min, items[i], path);
+                if (one < 0) {
+                    out = -1;
+                    break;
+                }
+                out = size_add(out, one);
+            }
+        }
+        Py_XDECREF(sub);
+    } else if (type == (PyTypeObject *)ir.repeat) {
+        PyObject *item = PyObject_GetAttr(e, s_item), *min_obj = NULL, *max_obj = NULL;
+        if (item) min_obj = PyObject_GetAttr(e, s_min);
+        if (min_obj) max_obj = PyObject_GetAttr(e, s_max);
+        if (max_obj) {
+            long long min = PyLong_AsLongLong(min_obj);
+            long long max = max_obj == Py_None ? -1 : PyLong_AsLongLong(max_obj);
+            if (!PyErr_Occurred()) {
+                long long copies = max < 0 ? (min > 1 ? min : 1) : max;
+                if (max >= 0 && max >= lazy_min) copies = 2; /* the first copy, and one later */
+                long long one = expr_size_of(builder, lazy_min, item, path);
+                if (one >= 0) out = size_add(2, size_mul(copies, one));
+            }
+        }
+        Py_XDECREF(item);
+        Py_XDECREF(min_obj);
+        Py_XDECREF(max_obj);
+    } else if (type == (PyTypeObject *)ir.ref) {
+        PyObject *name = PyObject_GetAttr(e, s_name), *call_rules = NULL, *got = NULL;
+        if (name) call_rules = PyObject_GetAttr(builder, s_call_rules);
+        int known = call_rules ? PySet_Contains(call_rules, name) : -1;
+        if (known == 0) known = PySequence_Contains(path, name);
+        if (known > 0) {
+            out = 2;
+        } else if (known == 0) {
+            got = PyObject_CallMethodObjArgs(builder, s_inline_size, name, path, NULL);
+            if (got) out = PyLong_AsLongLong(got);
+            if (out == -1 && PyErr_Occurred()) {
+                PyErr_Clear();  /* a Python int past long long: as large as it gets */
+                out = SIZE_CAP;
+            }
+        }
+        Py_XDECREF(name);
+        Py_XDECREF(call_rules);
+        Py_XDECREF(got);
+    } else {
+        PyErr_Format(PyExc_TypeError, "nfa build: unknown IR node %R", e);
+    }
+    Py_LeaveRecursiveCall();
+    return out;
+}
+
+/* expr_size(builder, lazy_repeat_min, expr, path) */
+static PyObject *expr_size(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *builder, *e, *path;
+    long long lazy_min;
+    if (!PyArg_ParseTuple(args, "OLOO", &builder, &lazy_min, &e, &path)) return NULL;
+    long long got = expr_size_of(builder, lazy_min, e, path);
+    return got < 0 ? NULL : PyLong_FromLongLong(got);
+}
+
 /* ------------------------------------------------------------------ build */
-
-/* Set once by setup(): the IR classes, shared edge containers and the size limit. */
-static struct {
-    PyObject *literal, *byte_set, *char_set, *seq, *choice, *repeat, *ref;
-    PyObject *step_one; /* list: step_one[b] == ((b, b, 1),) */
-    PyObject *no_edges; /* () */
-    PyObject *too_large; /* callable returning the exception for an NFA past its bound */
-} ir;
-
-static PyObject *s_items, *s_data, *s_ranges, *s_item, *s_min, *s_max, *s_build_py,
-    *s_may_die, *s_nfa, *s_eps, *s_byte_edges, *s_call_edges, *s_name, *s_inlined,
-    *s_call_rules, *s_copy_range, *s_utf8_paths, *s_build_lazy_repeat;
 
 typedef struct {
     PyObject *builder, *path, *eps, *bytes, *calls;
@@ -1109,6 +1315,12 @@ static PyMethodDef methods[] = {
      "frozen_range(eps, byte_edges, call_edges, first, stop, exit): nfa._frozen_range"},
     {"min_bytes", min_bytes, METH_VARARGS,
      "min_bytes(edges, first, exit_offset, inner) -> the fewest bytes across one copy"},
+    {"ref_names", ref_names, METH_O,
+     "ref_names(expr) -> the names of the rules expr refers to, with repeats"},
+    {"derives", derives, METH_VARARGS,
+     "derives(expr, productive) -> whether expr derives a string, given the productive rules"},
+    {"expr_size", expr_size, METH_VARARGS,
+     "expr_size(builder, lazy_repeat_min, expr, path) -> _Builder._expr_size"},
     {"compact", compact, METH_VARARGS,
      "compact(eps, byte_edges, first, stop, exit) -> (rows, exits) | None: a byte-only "
      "fragment's subset construction, when smaller"},
@@ -1122,11 +1334,11 @@ PyMODINIT_FUNC PyInit__nfa_build(void) {
     PyObject **names[] = {&s_items, &s_data, &s_ranges, &s_item, &s_min, &s_max, &s_build_py,
                           &s_may_die, &s_nfa, &s_eps, &s_byte_edges, &s_call_edges, &s_name,
                           &s_inlined, &s_call_rules, &s_copy_range, &s_utf8_paths,
-                          &s_build_lazy_repeat};
+                          &s_build_lazy_repeat, &s_codepoint_ranges, &s_inline_size};
     const char *texts[] = {"items", "data", "ranges", "item", "min", "max", "_build_py",
                            "may_die", "nfa", "eps", "byte_edges", "call_edges", "name",
                            "_inlined", "call_rules", "_copy_range", "_utf8_paths",
-                           "_build_lazy_repeat"};
+                           "_build_lazy_repeat", "codepoint_ranges", "_inline_size"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *names[i] = PyUnicode_InternFromString(texts[i]);
         if (!*names[i]) return NULL;

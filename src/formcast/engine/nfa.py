@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
@@ -386,9 +386,21 @@ def _separated_loop(items: tuple[Expr, ...]) -> tuple[int, int] | None:
     return None
 
 
+def _refs_in(body: Expr) -> Iterable[str]:
+    """The rule names ``body`` refers to, each as often as it does."""
+    if _nfa_build is not None and native_paste_enabled():
+        return _nfa_build.ref_names(body)
+    return iter_refs(body)
+
+
 def _reference_counts(rules: Mapping[str, Expr]) -> dict[str, int]:
     """How many times each rule is referenced in all rule bodies together."""
     counts: dict[str, int] = {}
+    if _nfa_build is not None and native_paste_enabled():
+        for body in rules.values():
+            for name in _nfa_build.ref_names(body):
+                counts[name] = counts.get(name, 0) + 1
+        return counts
     for body in rules.values():
         stack = [body]
         while stack:
@@ -404,7 +416,7 @@ def _reference_counts(rules: Mapping[str, Expr]) -> dict[str, int]:
 
 def _choose_call_rules(rules: Mapping[str, Expr], start: str) -> set[str]:
     """Pick rules to keep as calls so that the remaining reference graph has no cycles."""
-    graph = {name: set(iter_refs(body)) for name, body in rules.items()}
+    graph = {name: set(_refs_in(body)) for name, body in rules.items()}
     calls = {start}
     while True:
         sccs = _cyclic_sccs({n: {m for m in out if m not in calls} for n, out in graph.items()
@@ -490,6 +502,8 @@ class _Builder:
             # The plain nodes in C (see _nfa_build.c); it calls _build_py for the rest.
             self._build = partial(_nfa_build.build, self,  # type: ignore[method-assign]
                                   (MAX_NFA_STATES, BYTE_CHAIN_MAX, LAZY_REPEAT_MIN))
+            self._expr_size = partial(_nfa_build.expr_size, self,  # type: ignore[method-assign]
+                                      LAZY_REPEAT_MIN)
 
     def _utf8_paths(self, e: CharSet) -> list[list[tuple[int, int]]]:
         got = self._utf8_memo.get(e)
@@ -891,11 +905,14 @@ def _rules_productive(rules: Mapping[str, Expr], names: set[str]) -> bool:
             return e.name in productive
         return False
 
+    native = _nfa_build is not None and native_paste_enabled()
     changed = True
     while changed:
         changed = False
         for name, body in rules.items():
-            if name not in productive and derives(body):
+            if name in productive:
+                continue
+            if _nfa_build.derives(body, productive) if native else derives(body):
                 productive.add(name)
                 changed = True
     return names <= productive
