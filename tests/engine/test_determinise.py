@@ -153,6 +153,28 @@ def test_c_and_python_build_the_same_literal_trie(literals):
         _assert_same_nfa(grammar, monkeypatch)
 
 
+_EDGES = [0, 0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xD800, 0xDFFF, 0xE000, 0xFFFF, 0x10000,
+          0x10FFFF]
+_codepoints = st.one_of(st.sampled_from(_EDGES), st.integers(0, 0x10FFFF),
+                        st.sampled_from(_EDGES).flatmap(lambda c: st.integers(max(c - 2, 0),
+                                                                              c + 2)))
+
+
+@needs_native
+@fuzz_settings(300)
+@given(pairs=st.lists(st.tuples(_codepoints, _codepoints), max_size=6), negated=st.booleans())
+def test_c_and_python_spell_character_sets_in_utf8_alike(pairs, negated):
+    """UTF-8 byte-range paths of a character set (surrogates dropped, negation over every
+    code point), as the NFA's character edges are built from them."""
+    from formcast.engine import nfa as nfa_module
+    from formcast.grammar.ir import CharSet, utf8_byte_sequences
+
+    ranges = tuple((min(a, b), max(a, b)) for a, b in pairs)
+    expected = [seq for lo, hi in CharSet(ranges, negated).codepoint_ranges()
+                for seq in utf8_byte_sequences(lo, hi)]
+    assert nfa_module._nfa_build.utf8_paths(ranges, negated) == expected
+
+
 def _grammar_scans(grammar: Grammar) -> tuple:
     from formcast.engine import nfa as nfa_module
 

@@ -531,6 +531,160 @@ done:
 }
 
 
+
+/* ------------------------------------------------------------------ UTF-8 */
+
+#define MAX_CODEPOINT 0x10FFFF
+
+typedef struct {
+    long lo, hi;
+} Span;
+
+static int cmp_span(const void *a, const void *b) {
+    const Span *x = a, *y = b;
+    if (x->lo != y->lo) return (x->lo > y->lo) - (x->lo < y->lo);
+    return (x->hi > y->hi) - (x->hi < y->hi);
+}
+
+/* Sort and merge overlapping or adjacent spans in place (ir.merge_ranges); the new count. */
+static Py_ssize_t merge_spans(Span *v, Py_ssize_t n) {
+    if (n == 0) return 0;
+    qsort(v, (size_t)n, sizeof(Span), cmp_span);
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 1; i < n; i++) {
+        if (v[i].lo <= v[k].hi + 1) {
+            if (v[i].hi > v[k].hi) v[k].hi = v[i].hi;
+        } else {
+            v[++k] = v[i];
+        }
+    }
+    return k + 1;
+}
+
+static int utf8_encode(long cp, unsigned char *out) {
+    if (cp <= 0x7F) {
+        out[0] = (unsigned char)cp;
+        return 1;
+    }
+    if (cp <= 0x7FF) {
+        out[0] = (unsigned char)(0xC0 | (cp >> 6));
+        out[1] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp <= 0xFFFF) {
+        out[0] = (unsigned char)(0xE0 | (cp >> 12));
+        out[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (unsigned char)(0xF0 | (cp >> 18));
+    out[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* ir._split_same_length: append the byte-range paths of [lo, hi] (same UTF-8 length). */
+static int split_same_length(long lo, long hi, PyObject *out) {
+    if (lo <= 0x7F) {
+        PyObject *path = Py_BuildValue("[(ll)]", lo, hi);
+        int bad = !path || PyList_Append(out, path) < 0;
+        Py_XDECREF(path);
+        return bad ? -1 : 0;
+    }
+    int n = hi <= 0x7FF ? 2 : hi <= 0xFFFF ? 3 : 4;
+    for (int i = 1; i < n; i++) {
+        long mask = (1L << (6 * i)) - 1;
+        if ((lo & ~mask) != (hi & ~mask)) {
+            if ((lo & mask) != 0)
+                return split_same_length(lo, lo | mask, out) < 0 ? -1
+                                                               : split_same_length((lo | mask) + 1, hi, out);
+            if ((hi & mask) != mask)
+                return split_same_length(lo, (hi & ~mask) - 1, out) < 0 ? -1
+                                                                      : split_same_length(hi & ~mask, hi, out);
+        }
+    }
+    unsigned char a[4], b[4];
+    int k = utf8_encode(lo, a);
+    utf8_encode(hi, b);
+    PyObject *path = PyList_New(k);
+    if (!path) return -1;
+    for (int j = 0; j < k; j++) {
+        PyObject *step = Py_BuildValue("(ii)", a[j], b[j]);
+        if (!step) {
+            Py_DECREF(path);
+            return -1;
+        }
+        PyList_SET_ITEM(path, j, step);
+    }
+    int bad = PyList_Append(out, path) < 0;
+    Py_DECREF(path);
+    return bad ? -1 : 0;
+}
+
+/* utf8_paths(ranges, negated) -> the UTF-8 byte-range paths of a character set: what
+ * [seq for lo, hi in CharSet(ranges, negated).codepoint_ranges()
+ *      for seq in ir.utf8_byte_sequences(lo, hi)] gives. */
+static PyObject *utf8_paths_of(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ranges;
+    int negated;
+    if (!PyArg_ParseTuple(args, "Op", &ranges, &negated)) return NULL;
+    PyObject **items;
+    Py_ssize_t n;
+    if (items_of(ranges, &items, &n, "a character set's ranges") < 0) return NULL;
+    /* complement and surrogate split at most double the spans, plus two */
+    Span *v = malloc(sizeof(Span) * (size_t)(2 * n + 4));
+    Span *w = malloc(sizeof(Span) * (size_t)(2 * n + 4));
+    PyObject *out = NULL;
+    if (!v || !w) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyArg_ParseTuple(items[i], "ll", &v[i].lo, &v[i].hi)) goto done;
+    Py_ssize_t m = merge_spans(v, n);
+    if (negated) { /* ir.complement_ranges over [0, MAX_CODEPOINT] */
+        Py_ssize_t k = 0;
+        long cur = 0;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            if (v[i].hi < cur) continue;
+            if (v[i].lo > MAX_CODEPOINT) break;
+            if (v[i].lo > cur) w[k++] = (Span){cur, v[i].lo - 1};
+            if (v[i].hi + 1 > cur) cur = v[i].hi + 1;
+        }
+        if (cur <= MAX_CODEPOINT) w[k++] = (Span){cur, MAX_CODEPOINT};
+        memcpy(v, w, sizeof(Span) * (size_t)k);
+        m = k;
+    }
+    /* ir.subtract_ranges(..., surrogates): keep the parts in [0, D7FF] and [E000, 10FFFF] */
+    static const Span keep[2] = {{0, 0xD7FF}, {0xE000, MAX_CODEPOINT}};
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < m; i++)
+        for (int j = 0; j < 2; j++) {
+            long lo = v[i].lo > keep[j].lo ? v[i].lo : keep[j].lo;
+            long hi = v[i].hi < keep[j].hi ? v[i].hi : keep[j].hi;
+            if (lo <= hi) w[k++] = (Span){lo, hi};
+        }
+    k = merge_spans(w, k);
+    static const Span bounds[4] = {{0, 0x7F}, {0x80, 0x7FF}, {0x800, 0xFFFF},
+                                   {0x10000, MAX_CODEPOINT}};
+    out = PyList_New(0);
+    for (Py_ssize_t i = 0; out && i < k; i++)
+        for (int j = 0; j < 4; j++) {
+            long lo = w[i].lo > bounds[j].lo ? w[i].lo : bounds[j].lo;
+            long hi = w[i].hi < bounds[j].hi ? w[i].hi : bounds[j].hi;
+            if (lo <= hi && split_same_length(lo, hi, out) < 0) {
+                Py_CLEAR(out);
+                break;
+            }
+        }
+done:
+    free(v);
+    free(w);
+    return out;
+}
+
 /* ------------------------------------------------------------------ grammar scans */
 
 /* Append the names of the rules `e` refers to (with repeats) to `out`. */
@@ -1321,6 +1475,8 @@ static PyMethodDef methods[] = {
      "derives(expr, productive) -> whether expr derives a string, given the productive rules"},
     {"expr_size", expr_size, METH_VARARGS,
      "expr_size(builder, lazy_repeat_min, expr, path) -> _Builder._expr_size"},
+    {"utf8_paths", utf8_paths_of, METH_VARARGS,
+     "utf8_paths(ranges, negated) -> a character set's UTF-8 byte-range paths"},
     {"compact", compact, METH_VARARGS,
      "compact(eps, byte_edges, first, stop, exit) -> (rows, exits) | None: a byte-only "
      "fragment's subset construction, when smaller"},

@@ -507,6 +507,8 @@ class _Builder:
 
     def _utf8_paths(self, e: CharSet) -> list[list[tuple[int, int]]]:
         got = self._utf8_memo.get(e)
+        if got is None and _nfa_build is not None and self.nfa.native_paste:
+            got = self._utf8_memo[e] = _nfa_build.utf8_paths(e.ranges, e.negated)
         if got is None:
             got = [seq for lo, hi in e.codepoint_ranges() for seq in utf8_byte_sequences(lo, hi)]
             self._utf8_memo[e] = got
