@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,13 @@ class Expr:
     """Base class of grammar expressions."""
 
     __slots__ = ()
+
+
+def _keep_hash(expr: Expr, h: int) -> int:
+    """Store a composite expression's hash on it: expressions are deep trees, hashed again
+    and again as dict and set keys (memos, duplicate choices) while a schema compiles."""
+    object.__setattr__(expr, "_hash", h)
+    return h
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +75,11 @@ class Seq(Expr):
     """The items one after another. ``Seq(())`` matches the empty string."""
 
     items: tuple[Expr, ...]
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        h = self._hash
+        return _keep_hash(self, hash(self.items)) if h is None else h
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +87,11 @@ class Choice(Expr):
     """Any one of the items. ``Choice(())`` matches nothing at all."""
 
     items: tuple[Expr, ...]
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        h = self._hash
+        return _keep_hash(self, hash(self.items)) if h is None else h
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +101,11 @@ class Repeat(Expr):
     item: Expr
     min: int = 0
     max: int | None = None
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        h = self._hash
+        return _keep_hash(self, hash((self.item, self.min, self.max))) if h is None else h
 
 
 @dataclass(frozen=True, slots=True)
