@@ -173,3 +173,17 @@ def test_grammar_is_immutable_and_fingerprinted_by_content() -> None:
 def test_iter_refs_lists_direct_references() -> None:
     body = seq(ref("a"), choice(ref("b"), star(ref("c"))), ref("a"))
     assert sorted(iter_refs(body)) == ["a", "a", "b", "c"]
+
+
+def test_a_kept_hash_does_not_travel_with_a_pickled_expression():
+    """Expressions keep their hash once computed; str hashes differ between processes, so a
+    pickled expression must not carry it (equal expressions would hash apart)."""
+    import pickle
+
+    from formcast.grammar.ir import choice, lit, ref, repeat, seq
+
+    expr = seq(ref("value"), repeat(choice(lit(","), ref("ws")), 1, 3))
+    hash(expr)
+    copy = pickle.loads(pickle.dumps(expr))
+    assert copy == expr and hash(copy) == hash(expr)
+    assert copy._hash is not None and pickle.loads(pickle.dumps(expr))._hash is None

@@ -81,6 +81,9 @@ class Seq(Expr):
         h = self._hash
         return _keep_hash(self, hash(self.items)) if h is None else h
 
+    def __reduce__(self) -> tuple:
+        return Seq, (self.items,)  # not the kept hash: str hashes differ between processes
+
 
 @dataclass(frozen=True, slots=True)
 class Choice(Expr):
@@ -92,6 +95,9 @@ class Choice(Expr):
     def __hash__(self) -> int:
         h = self._hash
         return _keep_hash(self, hash(self.items)) if h is None else h
+
+    def __reduce__(self) -> tuple:
+        return Choice, (self.items,)  # not the kept hash (see Seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +112,9 @@ class Repeat(Expr):
     def __hash__(self) -> int:
         h = self._hash
         return _keep_hash(self, hash((self.item, self.min, self.max))) if h is None else h
+
+    def __reduce__(self) -> tuple:
+        return Repeat, (self.item, self.min, self.max)  # not the kept hash (see Seq)
 
 
 @dataclass(frozen=True, slots=True)
