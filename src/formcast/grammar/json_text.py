@@ -135,14 +135,29 @@ class _Keyed:
 
 def intersect_ranges(a: Iterable[tuple[int, int]], b: Iterable[tuple[int, int]]) -> Ranges:
     """The intersection of two sets of inclusive ranges."""
+    return _intersect_merged(merge_ranges(a), merge_ranges(b))
+
+
+def _intersect_merged(a: Ranges, b: Ranges) -> Ranges:
+    """The intersection of two sorted, merged sets of ranges (sorted and merged too: pieces
+    of disjoint, non-adjacent ranges are never adjacent)."""
     out = []
-    bb = merge_ranges(b)
-    for lo, hi in merge_ranges(a):
-        for c, d in bb:
-            x, y = max(lo, c), min(hi, d)
-            if x <= y:
-                out.append((x, y))
-    return merge_ranges(out)
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = a[i]
+        c, d = b[j]
+        x, y = max(lo, c), min(hi, d)
+        if x <= y:
+            out.append((x, y))
+        if hi < d:
+            i += 1
+        else:
+            j += 1
+    return tuple(out)
+
+
+def _contains(ranges: Ranges, c: int) -> bool:
+    return any(lo <= c <= hi for lo, hi in ranges)
 
 
 def _digit_class(lo: int, hi: int, base: int) -> Expr:
@@ -234,16 +249,16 @@ def char_forms(ranges: Iterable[tuple[int, int]], u_all: Expr | None = None) -> 
     if not cps:
         return NOTHING
     alts: list[Expr] = []
-    raw = intersect_ranges(cps, RAW_ALLOWED)
+    raw = _intersect_merged(cps, RAW_ALLOWED)
     if raw:
         alts.append(_single_char(raw))
     escaped: list[Expr] = []
-    short = sorted(c for c in SHORT_ESCAPES if intersect_ranges(cps, ((c, c),)))
+    short = sorted(c for c in SHORT_ESCAPES if _contains(cps, c))
     if short:
         letters = [SHORT_ESCAPES[c] for c in short]
         escaped.append(lit(letters[0]) if len(letters) == 1 else chars("".join(letters)))
-    uesc = intersect_ranges(cps, U_ESCAPED)
-    astral = intersect_ranges(cps, ASTRAL)
+    uesc = _intersect_merged(cps, U_ESCAPED)
+    astral = _intersect_merged(cps, ASTRAL)
     if u_all is not None and uesc == U_ESCAPED and astral == ASTRAL:
         escaped.append(u_all)
     else:
