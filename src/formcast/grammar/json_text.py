@@ -74,12 +74,16 @@ GENERIC_NUMBER: Expr = seq(
 
 
 def union(items: Iterable[Expr]) -> Expr:
-    """``ir.choice`` in linear time (set-based de-duplication) for long alternative lists."""
-    flat: dict[Expr, None] = {}
+    """``ir.choice`` in linear time (set-based de-duplication) for long alternative lists.
+    Literals (every enum value) are told apart by their bytes, whose hash is cached: the
+    expression's own hash is a Python call."""
+    flat: dict[object, Expr] = {}
     for item in items:
-        for part in item.items if isinstance(item, Choice) else (item,):
-            flat.setdefault(part, None)
-    alts = tuple(flat)
+        for part in item.items if type(item) is Choice else (item,):
+            key = part.data if type(part) is Literal else part  # type: ignore[attr-defined]
+            if key not in flat:
+                flat[key] = part
+    alts = tuple(flat.values())
     return alts[0] if len(alts) == 1 else Choice(alts)
 
 
