@@ -43,8 +43,13 @@ def unescape_token(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
 
 
+# Pointers are made for every subschema a compile visits (reports name them): the plain
+# case, no "~" and no "/" in a token, skips the escaping.
 def join_pointer(pointer: str, *tokens: str | int) -> str:
-    return pointer + "".join("/" + escape_token(str(t)) for t in tokens)
+    for token in tokens:
+        text = token if type(token) is str else str(token)
+        pointer += "/" + (escape_token(text) if "~" in text or "/" in text else text)
+    return pointer
 
 
 def split_pointer(pointer: str) -> list[str]:
@@ -52,7 +57,8 @@ def split_pointer(pointer: str) -> list[str]:
         return []
     if not pointer.startswith("/"):
         raise SchemaError(f"{pointer!r} is not a JSON pointer (it must start with '/')")
-    return [unescape_token(t) for t in pointer[1:].split("/")]
+    tokens = pointer[1:].split("/")
+    return [unescape_token(t) for t in tokens] if "~" in pointer else tokens
 
 
 @dataclass(frozen=True)
