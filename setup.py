@@ -12,6 +12,7 @@ setup(
             f"formcast.engine.{name}",
             sources=[f"src/formcast/engine/{name}.c"],
             depends=["src/formcast/engine/_determinise_api.h",
+                     "src/formcast/engine/_seq_items.h",
                      "src/formcast/engine/_parser_closure.h"],
             extra_compile_args=["-O2"],
             optional=True,

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_seq_items.h"
+
 #include "_determinise_api.h"
 
 typedef struct {
@@ -120,22 +122,6 @@ static void core_dealloc(Core *c) {
     free(c->segpool.v);
     free(c->tgtpool.v);
     Py_TYPE(c)->tp_free((PyObject *)c);
-}
-
-/* Items of a list or tuple (borrowed; NULL for an empty list), or -1 with TypeError. */
-static int items_of(PyObject *seq, PyObject ***items, Py_ssize_t *n, const char *what) {
-    if (PyList_Check(seq)) {
-        *n = PyList_GET_SIZE(seq);
-        *items = ((PyListObject *)seq)->ob_item;
-        return 0;
-    }
-    if (PyTuple_Check(seq)) {
-        *n = PyTuple_GET_SIZE(seq);
-        *items = ((PyTupleObject *)seq)->ob_item;
-        return 0;
-    }
-    PyErr_Format(PyExc_TypeError, "determinise: %s must be a list or tuple", what);
-    return -1;
 }
 
 /* Take a container of ints, or of tuples of ints and names, out of the cyclic garbage

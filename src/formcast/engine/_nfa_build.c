@@ -20,6 +20,8 @@
 #include <limits.h>
 #include <string.h>
 
+#include "_seq_items.h"
+
 /* A growable stack of state numbers (a trie path). */
 typedef struct {
     Py_ssize_t *v;
@@ -41,23 +43,7 @@ static int path_push(Path *p, Py_ssize_t x) {
     return 0;
 }
 
-/* The items of a list or tuple, borrowed. */
-static int items_of(PyObject *seq, PyObject ***items, Py_ssize_t *n, const char *what) {
-    if (PyList_Check(seq)) {
-        *n = PyList_GET_SIZE(seq);
-        *items = ((PyListObject *)seq)->ob_item;
-        return 0;
-    }
-    if (PyTuple_Check(seq)) {
-        *n = PyTuple_GET_SIZE(seq);
-        *items = ((PyTupleObject *)seq)->ob_item;
-        return 0;
-    }
-    PyErr_Format(PyExc_TypeError, "nfa build: %s must be a list or tuple", what);
-    return -1;
-}
-
-/* Set once by setup(): the IR classes, shared edge containers and the size limit. */
+/* Set once by setup(): the IR classes, the shared edge containers, the size error. */
 static struct {
     PyObject *literal, *byte_set, *char_set, *seq, *choice, *repeat, *ref;
     PyObject *step_one; /* list: step_one[b] == ((b, b, 1),) */
