@@ -164,7 +164,7 @@ def choice(*items: Expr) -> Expr:
     flat: list[Expr] = []
     seen: set[Expr] = set()
     for item in items:
-        for part in item.items if isinstance(item, Choice) else (item,):
+        for part in item.items if type(item) is Choice else (item,):  # type: ignore
             if part not in seen:
                 seen.add(part)
                 flat.append(part)

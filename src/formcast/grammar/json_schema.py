@@ -871,10 +871,11 @@ def _size(expr: Expr, limit: int) -> int:
     while stack and count < limit:
         e = stack.pop()
         count += 1
-        if isinstance(e, Seq | Choice):
-            stack.extend(e.items)
-        elif isinstance(e, Repeat):
-            stack.append(e.item)
+        kind = type(e)
+        if kind is Seq or kind is Choice:
+            stack.extend(e.items)  # type: ignore[attr-defined]
+        elif kind is Repeat:
+            stack.append(e.item)  # type: ignore[attr-defined]
     return count
 
 
