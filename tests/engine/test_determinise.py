@@ -165,7 +165,8 @@ _codepoints = st.one_of(st.sampled_from(_EDGES), st.integers(0, 0x10FFFF),
 @given(pairs=st.lists(st.tuples(_codepoints, _codepoints), max_size=6), negated=st.booleans())
 def test_c_and_python_spell_character_sets_in_utf8_alike(pairs, negated):
     """UTF-8 byte-range paths of a character set (surrogates dropped, negation over every
-    code point), as the NFA's character edges are built from them."""
+    code point), as the NFA's character edges are built from them; a set of surrogates only
+    matches nothing."""
     from formcast.engine import nfa as nfa_module
     from formcast.grammar.ir import CharSet, utf8_byte_sequences
 
@@ -173,6 +174,7 @@ def test_c_and_python_spell_character_sets_in_utf8_alike(pairs, negated):
     expected = [seq for lo, hi in CharSet(ranges, negated).codepoint_ranges()
                 for seq in utf8_byte_sequences(lo, hi)]
     assert nfa_module._nfa_build.utf8_paths(ranges, negated) == expected
+    assert nfa_module._nfa_build.derives(CharSet(ranges, negated), set()) == bool(expected)
 
 
 def _grammar_scans(grammar: Grammar) -> tuple:

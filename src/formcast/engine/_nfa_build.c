@@ -53,7 +53,7 @@ static struct {
 
 static PyObject *s_items, *s_data, *s_ranges, *s_item, *s_min, *s_max, *s_build_py,
     *s_may_die, *s_nfa, *s_eps, *s_byte_edges, *s_call_edges, *s_name, *s_inlined,
-    *s_call_rules, *s_copy_range, *s_utf8_paths, *s_build_lazy_repeat, *s_codepoint_ranges,
+    *s_call_rules, *s_copy_range, *s_utf8_paths, *s_build_lazy_repeat, *s_negated,
     *s_inline_size;
 
 /* compact(eps, byte_edges, first, stop, exit): the subset construction of the byte-only NFA
@@ -608,27 +608,29 @@ static int split_same_length(long lo, long hi, PyObject *out) {
     return bad ? -1 : 0;
 }
 
-/* utf8_paths(ranges, negated) -> the UTF-8 byte-range paths of a character set: what
- * [seq for lo, hi in CharSet(ranges, negated).codepoint_ranges()
- *      for seq in ir.utf8_byte_sequences(lo, hi)] gives. */
-static PyObject *utf8_paths_of(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *ranges;
-    int negated;
-    if (!PyArg_ParseTuple(args, "Op", &ranges, &negated)) return NULL;
+/* The code points of CharSet(ranges, negated), as CharSet.codepoint_ranges gives them
+ * (sorted, merged, surrogates removed): their number, with *out (to free) holding them; -1
+ * on error. */
+static Py_ssize_t codepoint_spans(PyObject *ranges, int negated, Span **out) {
     PyObject **items;
     Py_ssize_t n;
-    if (items_of(ranges, &items, &n, "a character set's ranges") < 0) return NULL;
+    *out = NULL;
+    if (items_of(ranges, &items, &n, "a character set's ranges") < 0) return -1;
     /* complement and surrogate split at most double the spans, plus two */
     Span *v = malloc(sizeof(Span) * (size_t)(2 * n + 4));
     Span *w = malloc(sizeof(Span) * (size_t)(2 * n + 4));
-    PyObject *out = NULL;
     if (!v || !w) {
+        free(v);
+        free(w);
         PyErr_NoMemory();
-        goto done;
+        return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++)
-        if (!PyArg_ParseTuple(items[i], "ll", &v[i].lo, &v[i].hi)) goto done;
+        if (!PyArg_ParseTuple(items[i], "ll", &v[i].lo, &v[i].hi)) {
+            free(v);
+            free(w);
+            return -1;
+        }
     Py_ssize_t m = merge_spans(v, n);
     if (negated) { /* ir.complement_ranges over [0, MAX_CODEPOINT] */
         Py_ssize_t k = 0;
@@ -652,7 +654,23 @@ static PyObject *utf8_paths_of(PyObject *self, PyObject *args) {
             long hi = v[i].hi < keep[j].hi ? v[i].hi : keep[j].hi;
             if (lo <= hi) w[k++] = (Span){lo, hi};
         }
-    k = merge_spans(w, k);
+    free(v);
+    *out = w;
+    return merge_spans(w, k);
+}
+
+/* utf8_paths(ranges, negated) -> the UTF-8 byte-range paths of a character set: what
+ * [seq for lo, hi in CharSet(ranges, negated).codepoint_ranges()
+ *      for seq in ir.utf8_byte_sequences(lo, hi)] gives. */
+static PyObject *utf8_paths_of(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ranges;
+    int negated;
+    if (!PyArg_ParseTuple(args, "Op", &ranges, &negated)) return NULL;
+    Span *w;
+    Py_ssize_t k = codepoint_spans(ranges, negated, &w);
+    if (k < 0) return NULL;
+    PyObject *out;
     static const Span bounds[4] = {{0, 0x7F}, {0x80, 0x7FF}, {0x800, 0xFFFF},
                                    {0x10000, MAX_CODEPOINT}};
     out = PyList_New(0);
@@ -665,8 +683,6 @@ static PyObject *utf8_paths_of(PyObject *self, PyObject *args) {
                 break;
             }
         }
-done:
-    free(v);
     free(w);
     return out;
 }
@@ -728,11 +744,20 @@ static int derives_string(PyObject *e, PyObject *productive) {
         return got;
     }
     if (type == (PyTypeObject *)ir.byte_set || type == (PyTypeObject *)ir.char_set) {
-        PyObject *ranges = type == (PyTypeObject *)ir.byte_set
-                               ? PyObject_GetAttr(e, s_ranges)
-                               : PyObject_CallMethodNoArgs(e, s_codepoint_ranges);
+        PyObject *ranges = PyObject_GetAttr(e, s_ranges);
         if (!ranges) return -1;
-        int got = PyObject_IsTrue(ranges);
+        int got;
+        if (type == (PyTypeObject *)ir.byte_set) {
+            got = PyObject_IsTrue(ranges);
+        } else { /* a character set matches something unless only surrogates are left */
+            PyObject *negated = PyObject_GetAttr(e, s_negated);
+            int neg = negated ? PyObject_IsTrue(negated) : -1;
+            Py_XDECREF(negated);
+            Span *spans = NULL;
+            Py_ssize_t k = neg < 0 ? -1 : codepoint_spans(ranges, neg, &spans);
+            free(spans);
+            got = k < 0 ? -1 : k > 0;
+        }
         Py_DECREF(ranges);
         return got;
     }
@@ -1476,11 +1501,11 @@ PyMODINIT_FUNC PyInit__nfa_build(void) {
     PyObject **names[] = {&s_items, &s_data, &s_ranges, &s_item, &s_min, &s_max, &s_build_py,
                           &s_may_die, &s_nfa, &s_eps, &s_byte_edges, &s_call_edges, &s_name,
                           &s_inlined, &s_call_rules, &s_copy_range, &s_utf8_paths,
-                          &s_build_lazy_repeat, &s_codepoint_ranges, &s_inline_size};
+                          &s_build_lazy_repeat, &s_negated, &s_inline_size};
     const char *texts[] = {"items", "data", "ranges", "item", "min", "max", "_build_py",
                            "may_die", "nfa", "eps", "byte_edges", "call_edges", "name",
                            "_inlined", "call_rules", "_copy_range", "_utf8_paths",
-                           "_build_lazy_repeat", "codepoint_ranges", "_inline_size"};
+                           "_build_lazy_repeat", "negated", "_inline_size"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *names[i] = PyUnicode_InternFromString(texts[i]);
         if (!*names[i]) return NULL;
