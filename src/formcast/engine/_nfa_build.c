@@ -582,12 +582,14 @@ static int split_same_length(long lo, long hi, PyObject *out) {
     for (int i = 1; i < n; i++) {
         long mask = (1L << (6 * i)) - 1;
         if ((lo & ~mask) != (hi & ~mask)) {
-            if ((lo & mask) != 0)
-                return split_same_length(lo, lo | mask, out) < 0 ? -1
-                                                               : split_same_length((lo | mask) + 1, hi, out);
-            if ((hi & mask) != mask)
-                return split_same_length(lo, (hi & ~mask) - 1, out) < 0 ? -1
-                                                                      : split_same_length(hi & ~mask, hi, out);
+            if ((lo & mask) != 0) {
+                if (split_same_length(lo, lo | mask, out) < 0) return -1;
+                return split_same_length((lo | mask) + 1, hi, out);
+            }
+            if ((hi & mask) != mask) {
+                if (split_same_length(lo, (hi & ~mask) - 1, out) < 0) return -1;
+                return split_same_length(hi & ~mask, hi, out);
+            }
         }
     }
     unsigned char a[4], b[4];
@@ -769,9 +771,11 @@ static int derives_string(PyObject *e, PyObject *productive) {
         if (zero) return zero;
         PyObject *item = PyObject_GetAttr(e, s_item);
         if (!item) return -1;
-        int got = Py_EnterRecursiveCall(" while scanning the grammar") ? -1
-                                                                        : derives_string(item, productive);
-        if (got >= 0) Py_LeaveRecursiveCall();
+        int got = -1;
+        if (!Py_EnterRecursiveCall(" while scanning the grammar")) {
+            got = derives_string(item, productive);
+            Py_LeaveRecursiveCall();
+        }
         Py_DECREF(item);
         return got;
     }
