@@ -8,6 +8,8 @@ real SmolLM2 vocabulary, and keep the numpy fallback honest for machines without
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from benchmark_grammars import GRAMMAR_PATHS, load_grammar
@@ -28,10 +30,13 @@ from formcast.engine.parser import DenseStates
 from formcast.errors import AmbiguousGrammarError
 from formcast.grammar.ir import Grammar
 
-needs_native = pytest.mark.skipif(mask_cache._trie_walk is None,
-                                  reason="the C trie walk is not built here")
+# Off when the extension is missing, or switched off for the run (FORMCAST_PURE_PYTHON=1:
+# the rest of the suite then tests the Python fallback).
+needs_native = pytest.mark.skipif(mask_cache._trie_walk is None or bool(os.environ.get("FORMCAST_PURE_PYTHON")),
+                                  reason="the C trie walk is not built here, or switched off")
 
 
+@needs_native
 def test_the_c_walk_is_built_by_the_install():
     """`make test` installs with a compiler present: a silent numpy fallback would hide a
     ten-fold slower cold mask."""
@@ -232,6 +237,7 @@ def test_c_walk_refuses_a_broken_trie_instead_of_reading_past_it():
         nodes[1]["subtree_end"] = saved  # the table is shared by this vocabulary's matchers
 
 
+@needs_native
 def test_a_vocabulary_the_c_walk_cannot_hold_is_walked_with_numpy():
     """300 tokens with the same bytes do not fit the C walk's 8-bit count: masks still come,
     from the numpy walk, and they are right."""
