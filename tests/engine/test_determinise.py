@@ -402,3 +402,19 @@ def test_a_separated_list_keeps_its_language(text, ok):
 
     m = Matcher(Grammar.from_gbnf('root ::= "a" x ("," x)* "b"\nx ::= [0-9]?'), vocab)
     assert (m.accept_bytes(text) and m.is_accepting()) == ok
+
+
+@pytest.mark.parametrize("pure", [False, True])
+def test_an_unknown_ir_node_is_a_grammar_error_in_both_builders(monkeypatch, pure):
+    """Expr subclasses the builder does not know are refused with the node named, whether the
+    C half or the Python builder meets them."""
+    from formcast.grammar.ir import Expr
+
+    class Unknown(Expr):
+        __slots__ = ()
+
+    if pure:
+        monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
+    grammar = Grammar({"root": Seq((Literal(b"a"), Ref("odd"))), "odd": Unknown()}, "root")
+    with pytest.raises(GrammarError, match="unknown IR node"):
+        build_nfa(grammar)

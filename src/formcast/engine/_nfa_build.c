@@ -887,8 +887,13 @@ static long long expr_size_of(PyObject *builder, long long lazy_min, PyObject *e
         Py_XDECREF(name);
         Py_XDECREF(call_rules);
         Py_XDECREF(got);
-    } else {
-        PyErr_Format(PyExc_TypeError, "nfa build: unknown IR node %R", e);
+    } else { /* not an IR node this knows: the Python method says what is wrong */
+        PyObject *method = PyObject_GetAttrString((PyObject *)Py_TYPE(builder), "_expr_size");
+        PyObject *got = method ? PyObject_CallFunctionObjArgs(method, builder, e, path, NULL)
+                               : NULL;
+        if (got) out = PyLong_AsLongLong(got);
+        Py_XDECREF(method);
+        Py_XDECREF(got);
     }
     Py_LeaveRecursiveCall();
     return out;
