@@ -231,13 +231,22 @@ def byte_set(ranges: Iterable[tuple[int, int]]) -> ByteSet:
 
 def merge_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     """Sort and merge overlapping or adjacent inclusive ranges."""
-    out: list[list[int]] = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1] + 1:
-            out[-1][1] = max(out[-1][1], hi)
+    # Called thousands of times a schema compile (character classes, their JSON spellings,
+    # UTF-8 splits): one pass with the open range in locals.
+    items = sorted(ranges)
+    if not items:
+        return ()
+    out: list[tuple[int, int]] = []
+    cur_lo, cur_hi = items[0]
+    for lo, hi in items:
+        if lo <= cur_hi + 1:
+            if hi > cur_hi:
+                cur_hi = hi
         else:
-            out.append([lo, hi])
-    return tuple((lo, hi) for lo, hi in out)
+            out.append((cur_lo, cur_hi))
+            cur_lo, cur_hi = lo, hi
+    out.append((cur_lo, cur_hi))
+    return tuple(out)
 
 
 def complement_ranges(ranges: tuple[tuple[int, int], ...], lo: int, hi: int) -> tuple[tuple[int, int], ...]:
