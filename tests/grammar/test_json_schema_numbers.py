@@ -88,8 +88,11 @@ def test_integral_bounds_are_spelled_with_the_automaton_language(integer, low, l
     assert charfa.difference(automaton, spelled).is_empty(), "misses a value in bounds"
 
 
-def test_fractional_bounds_keep_the_automaton() -> None:
+def test_fractional_and_huge_bounds_keep_the_automaton() -> None:
     assert interval_expr(integer=False, low=Decimal("0.5"), low_exclusive=False, high=None,
+                         high_exclusive=False) is None
+    # The automaton caps its size; spelled here, 1e9999 would be ten thousand digit ranges.
+    assert interval_expr(integer=True, low=None, low_exclusive=False, high=Decimal(10) ** 45,
                          high_exclusive=False) is None
     expr = number_expr(integer=False, low=Decimal("0.5"), high=Decimal(2))
     assert charfa.from_expr(expr).accepts("0.5") and not charfa.from_expr(expr).accepts("0.49")

@@ -67,7 +67,7 @@ LAZY_REPEAT_MIN = 8
 BYTE_CHAIN_MAX = 64
 # A lazily repeated item is determinised when that makes it smaller (_compact_fragment), if it
 # has at most this many NFA states: beyond, trying costs more than a copy saves.
-COMPACT_MAX_STATES = 256  # also the most _determinise.compact takes
+COMPACT_MAX_STATES = 256  # also the most _nfa_build.compact takes
 MAX_NFA_STATES = 2_000_000
 # Shared edge containers of a literal's inner states (see _Builder._build_literal).
 _NO_EDGES: tuple = ()
@@ -146,7 +146,7 @@ def _compact_rows(nfa: NFA, first: int, stop: int,
                   exit_: int) -> tuple[list[list[tuple[int, int, int]]], list[bool]] | None:
     """The subset construction of the byte-only fragment ``[first, stop)``: per DFA state its
     edges ``(lo, hi, target - state)`` and whether it holds ``exit_``; None when it is not
-    smaller than the fragment. (``_determinise.compact`` is the same in C.)"""
+    smaller than the fragment. (``_nfa_build.compact`` is the same in C.)"""
     memo: dict[int, frozenset[int]] = {}
 
     def closure(x: int) -> frozenset[int]:
@@ -663,7 +663,7 @@ class _Builder:
         nfa = self.nfa
         if _nfa_build is not None and nfa.native_paste:  # the same trie, made in C
             _nfa_build.literal_trie(nfa.eps, nfa.byte_edges, nfa.call_edges,
-                                      sorted(set(literals)), start, end, _NO_EDGES)
+                                    sorted(set(literals)), start, end, _NO_EDGES)
             if len(nfa.eps) > MAX_NFA_STATES:
                 raise _too_large()
             return

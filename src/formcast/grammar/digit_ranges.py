@@ -103,8 +103,14 @@ def magnitude_interval(lower: End, upper: End | None, integer: bool) -> Expr:
     return choice(*parts)
 
 
+# Longer bounds go to the digit automaton, which caps its size (a schema's "maximum": 1e9999
+# is refused there, not spelled here digit by digit).
+MAX_DIGITS = 40
+
+
 def _integral(value: Decimal | None) -> bool:
-    return value is None or (value.is_finite() and value == value.to_integral_value())
+    return value is None or (value.is_finite() and value == value.to_integral_value()
+                             and value.adjusted() < MAX_DIGITS)
 
 
 def interval_expr(*, integer: bool, low: Decimal | None, low_exclusive: bool,
