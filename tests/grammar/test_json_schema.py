@@ -656,3 +656,18 @@ def test_bad_options_are_refused() -> None:
         compile_(PERSON, property_order="alphabetical")
     with pytest.raises(FormcastError, match="max_depth"):
         compile_(PERSON, max_depth=-1)
+
+
+def test_report_lists_every_compile_option() -> None:
+    # The report and the cache key name the options through CompileOptions.as_dict; an
+    # option added to the dataclass but not there would silently share cache entries.
+    from dataclasses import asdict
+
+    from formcast.grammar.json_schema import CompileOptions
+
+    options = CompileOptions(whitespace="compact", max_depth=3, property_order="any",
+                             formats="annotate")
+    assert options.as_dict() == asdict(options)
+    grammar = compile_json_schema({"type": "string"}, whitespace="compact", max_depth=3,
+                                  property_order="any", formats="annotate", cache=None)
+    assert grammar.report.options == asdict(options)

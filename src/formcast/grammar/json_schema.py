@@ -30,7 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
@@ -95,6 +95,7 @@ from formcast.grammar.json_text import (
     U_ALL,
     char_forms,
     char_forms_cached,
+    string_union,
     to_decimal,
     union,
     value_literal,
@@ -136,6 +137,12 @@ class CompileOptions:
         if self.formats not in ("assert", "annotate"):
             raise FormcastError(f"formats must be 'assert' or 'annotate', not {self.formats!r}")
 
+    def as_dict(self) -> dict[str, Any]:
+        """The options by name (``dataclasses.asdict`` deep-copies every field: a tenth of
+        a small schema's compile, twice)."""
+        return {"whitespace": self.whitespace, "max_depth": self.max_depth,
+                "property_order": self.property_order, "formats": self.formats}
+
 
 def load_schema_text(text: str | bytes, source: str = "<schema>") -> Any:
     """Parse JSON schema text; a syntax error names the source, line and column."""
@@ -176,7 +183,7 @@ def compile_json_schema(schema: Any, *, whitespace: str = "flexible", strict: bo
         schema = load_schema_text(schema)
     options = CompileOptions(whitespace, max_depth, property_order, formats)
     digest = schema_hash(schema)
-    key = (digest, COMPILER_VERSION, tuple(sorted(asdict(options).items())))
+    key = (digest, COMPILER_VERSION, tuple(sorted(options.as_dict().items())))
 
     def build() -> Grammar:
         with gc_paused():
@@ -244,6 +251,8 @@ class SchemaCompiler:
         self.notes: list[str] = []
         self._validators: dict[str, Any] = {}
         self._pattern_dfas: dict[str, charfa.DFA | None] = {}
+        # String enums by their values: schemas repeat a list (country, billing_country).
+        self._string_enums: dict[tuple[str, ...], Expr] = {}
         self.ws = self._whitespace()
 
     @property
@@ -490,9 +499,9 @@ class SchemaCompiler:
             compiled=dict(compiled), unenforced=unenforced, notes=tuple(self.notes),
             readable_rules=readable, compile_seconds=time.perf_counter() - started,
             schema_hash=self.digest, compiler_version=COMPILER_VERSION,
-            options=asdict(self.options))
+            options=self.options.as_dict())
         # Named by its input: the compiler is deterministic, so equal inputs give equal rules.
-        named = repr((self.digest, COMPILER_VERSION, sorted(asdict(self.options).items())))
+        named = repr((self.digest, COMPILER_VERSION, sorted(self.options.as_dict().items())))
         fingerprint = "s" + hashlib.sha256(named.encode()).hexdigest()[:31]
         return Grammar(self.rules, "root", report=report, readable=readable,
                        fingerprint=fingerprint)
@@ -633,8 +642,16 @@ class SchemaCompiler:
                 continue
             if valid(v):
                 keep.append(v)
+        if not keep:
+            return NOTHING
+        if all(type(v) is str for v in keep):
+            key = tuple(keep)
+            got = self._string_enums.get(key)
+            if got is None:
+                got = self._string_enums[key] = string_union(keep)
+            return got
         limit = 5 if self.options.property_order == "any" else 0
-        return union(value_literal(v, self.ws, limit) for v in keep) if keep else NOTHING
+        return union(value_literal(v, self.ws, limit) for v in keep)
 
     def checker(self, conj: Conj) -> Callable[[Any], bool]:
         """Whether a value satisfies every source schema of ``conj`` (by ``jsonschema``), as a

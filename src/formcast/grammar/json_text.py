@@ -192,52 +192,88 @@ def fixed_width_range(lo: int, hi: int, width: int, base: int = 10) -> Expr:
     """Strings of exactly ``width`` digits in ``base`` whose value lies in ``[lo, hi]``."""
     if lo > hi:
         return NOTHING
-
-    def digits(v: int) -> list[int]:
-        out = []
-        for _ in range(width):
-            out.append(v % base)
-            v //= base
-        return out[::-1]
-
-    return _fixed(digits(lo), digits(hi), base)
-
-
-def _fixed(lo: list[int], hi: list[int], base: int) -> Expr:
-    if not lo:
-        return EMPTY
-    top = base - 1
-    rest = len(lo) - 1
-    any_rest = repeat(_digit_class(0, top, base), rest, rest)
-    if lo[0] == hi[0]:
-        return seq(_digit_class(lo[0], lo[0], base), _fixed(lo[1:], hi[1:], base))
-    lo_full = all(d == 0 for d in lo[1:])
-    hi_full = all(d == top for d in hi[1:])
-    parts: list[Expr] = []
-    first_mid = lo[0] if lo_full else lo[0] + 1
-    last_mid = hi[0] if hi_full else hi[0] - 1
-    if not lo_full:
-        parts.append(seq(_digit_class(lo[0], lo[0], base), _fixed(lo[1:], [top] * rest, base)))
-    if first_mid <= last_mid:
-        parts.append(seq(_digit_class(first_mid, last_mid, base), any_rest))
-    if not hi_full:
-        parts.append(seq(_digit_class(hi[0], hi[0], base), _fixed([0] * rest, hi[1:], base)))
-    # What choice() would make, without hashing every level of the digit tree again at each
-    # level (hashes of IR nodes are not cached): the parts start with disjoint digits, so
-    # they are distinct, and none is a choice to flatten.
-    return parts[0] if len(parts) == 1 else Choice(tuple(parts))
+    return _digit_tree(((lo, hi),), 0, width, base)
 
 
 def hex4_ranges(ranges: Iterable[tuple[int, int]]) -> Expr:
     """Four hex digits (either case) whose value lies in one of ``ranges``."""
-    # choice() flattened, without hashing each digit tree to drop duplicates: the ranges are
-    # disjoint, so no two alternatives can be equal (a negated class such as [^@\s] has a
-    # dozen ranges, and hashing their trees was most of spelling it).
-    flat: list[Expr] = []
-    for lo, hi in merge_ranges(ranges):
-        part = fixed_width_range(lo, hi, 4, 16)
-        flat.extend(part.items if type(part) is Choice else (part,))
-    return flat[0] if len(flat) == 1 else Choice(tuple(flat))
+    merged = merge_ranges(ranges)
+    return _digit_tree(merged, 0, 4, 16) if merged else NOTHING
+
+
+def _digit_tree(ranges: Ranges, offset: int, width: int, base: int) -> Expr:
+    """The ``width``-digit strings whose value lies in one of ``ranges`` (sorted, merged, all
+    inside ``[offset, offset + base**width)``), as one digit tree over all the ranges at
+    once: a run of first digits whose subtrees are full is one digit class followed by any
+    digits, a first digit whose subtree is partly covered recurses. A negated class such as
+    ``[^@\\s]`` has a dozen ranges; one tree for all of them builds half the nodes that a
+    tree per range did, and no node is hashed to drop duplicates (first digits differ)."""
+    if width == 0:
+        return EMPTY
+    size = base ** (width - 1)
+    top = base - 1
+    parts: list[Expr] = []
+    run_start = -1  # first digit of the current run of full subtrees
+    i, n = 0, len(ranges)
+    d = (ranges[0][0] - offset) // size
+    while d < base and i < n:
+        lo = offset + d * size
+        hi = lo + size - 1
+        r_lo, r_hi = ranges[i]
+        if r_hi < lo:
+            i += 1
+            continue
+        if r_lo > hi:  # an empty subtree: the run ends; go on at the next range's digit
+            if run_start >= 0:
+                parts.append(_full_digits(run_start, d - 1, width, base))
+                run_start = -1
+            d = (r_lo - offset) // size
+            continue
+        if r_lo <= lo and r_hi >= hi:  # full subtrees, as many as this range covers
+            if run_start < 0:
+                run_start = d
+            d = min(top, (r_hi + 1 - offset) // size - 1) + 1
+            continue
+        if run_start >= 0:
+            parts.append(_full_digits(run_start, d - 1, width, base))
+            run_start = -1
+        j = i
+        inside = []
+        while j < n and ranges[j][0] <= hi:
+            inside.append((max(ranges[j][0], lo), min(ranges[j][1], hi)))
+            j += 1
+        parts.append(_digit_then(_DIGIT_CLASSES[d, d, base],
+                                 _digit_tree(tuple(inside), lo, width - 1, base)))
+        i = j if ranges[j - 1][1] <= hi else j - 1  # the last range may go on past hi
+        d += 1
+    if run_start >= 0:
+        parts.append(_full_digits(run_start, d - 1, width, base))
+    return parts[0] if len(parts) == 1 else Choice(tuple(parts))
+
+
+def _full_digits(first: int, last: int, width: int, base: int) -> Expr:
+    """A first digit in ``[first, last]``, then any ``width - 1`` digits."""
+    rest = width - 1
+    head = _DIGIT_CLASSES[first, last, base]
+    if not rest:
+        return head
+    return _digit_then(head, repeat(_DIGIT_CLASSES[0, base - 1, base], rest, rest))
+
+
+def _digit_then(head: Expr, tail: Expr) -> Expr:
+    """``seq(head, tail)`` for a digit and a digit tree (literal digits merged, as seq
+    would), without seq's general flattening loop."""
+    kind = type(tail)
+    if kind is Seq:
+        first = tail.items[0]  # type: ignore[attr-defined]
+        if type(head) is Literal and type(first) is Literal:
+            return Seq((Literal(head.data + first.data),) + tail.items[1:])  # type: ignore
+        return Seq((head,) + tail.items)  # type: ignore[attr-defined]
+    if kind is Literal and type(head) is Literal:
+        return Literal(head.data + tail.data)  # type: ignore[attr-defined]
+    if tail is EMPTY:
+        return head
+    return Seq((head, tail))
 
 
 # ----------------------------------------------------------------------------- characters
@@ -270,12 +306,26 @@ def char_forms(ranges: Iterable[tuple[int, int]], u_all: Expr | None = None) -> 
         if uesc:
             u_alts.append(hex4_ranges(uesc))
         if astral:
-            u_alts.append(_surrogate_pairs(astral))
+            u_alts.append(_ALL_PAIRS if astral == ASTRAL else _surrogate_pairs(astral))
         if u_alts:
-            escaped.append(seq(lit("u"), choice(*u_alts)))
+            escaped.append(seq(lit("u"), _distinct_choice(u_alts)))
     if escaped:
-        alts.append(seq(lit("\\"), choice(*escaped)))
-    return choice(*alts)
+        alts.append(seq(lit("\\"), _distinct_choice(escaped)))
+    return _distinct_choice(alts)
+
+
+def _distinct_choice(items: list[Expr]) -> Expr:
+    """``choice(*items)`` for alternatives known to differ (they spell different characters,
+    or the same one in different lengths), so none is hashed to find duplicates: the digit
+    trees of a negated class are hundreds of nodes, and hashing them took longer than
+    building them."""
+    flat: list[Expr] = []
+    for item in items:
+        if type(item) is Choice:
+            flat.extend(item.items)  # type: ignore[attr-defined]
+        else:
+            flat.append(item)
+    return flat[0] if len(flat) == 1 else Choice(tuple(flat))
 
 
 def _single_char(ranges: Ranges) -> Expr:
@@ -303,7 +353,9 @@ def _pair(h1: int, h2: int, l1: int, l2: int) -> Expr:
     return seq(fixed_width_range(h1, h2, 4, 16), lit("\\u"), fixed_width_range(l1, l2, 4, 16))
 
 
-U_ALL: Expr = seq(lit("u"), choice(hex4_ranges(U_ESCAPED), _surrogate_pairs(ASTRAL)))
+# Every surrogate pair (most negated classes include all of them), made once at import.
+_ALL_PAIRS: Expr = _surrogate_pairs(ASTRAL)
+U_ALL: Expr = seq(lit("u"), choice(hex4_ranges(U_ESCAPED), _ALL_PAIRS))
 ANY_CHAR_FORMS: Expr = char_forms(ANY_CODEPOINT)
 
 
@@ -346,6 +398,17 @@ def string_literal(text: str) -> Expr:
     if _PLAIN_RUN.fullmatch(text):
         return Literal(b'"' + text.encode("ascii") + b'"')
     return seq(QUOTE, string_content(text), QUOTE)
+
+
+def string_union(texts: list[str]) -> Expr:
+    """The JSON strings ``texts`` (distinct, at least one), as ``union`` of their
+    ``string_literal``: a string enum of hundreds of values (country codes) is the common
+    case, and going through ``value_literal`` and ``union`` cost twice as much a value.
+    Distinct strings have distinct spellings, so nothing needs de-duplicating."""
+    plain = _PLAIN_RUN.fullmatch
+    alts = tuple(Literal(b'"' + t.encode("ascii") + b'"') if plain(t) else string_literal(t)
+                 for t in texts)
+    return alts[0] if len(alts) == 1 else Choice(alts)
 
 
 # ----------------------------------------------------------------------------- numbers
