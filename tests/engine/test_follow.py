@@ -7,12 +7,20 @@ end to end); these pin the sets on grammars whose FOLLOW is known by hand.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 import numpy as np
+import pytest
+from benchmark_grammars import GRAMMAR_PATHS, load_grammar
+from hypothesis import given
+from test_matcher_fuzz import fuzz_settings, grammars
 
+from formcast.engine import follow
 from formcast.engine.follow import follow_bytes
 from formcast.engine.nfa import build_nfa
+from formcast.errors import GrammarError
 from formcast.grammar.ir import Grammar
 
 GRAMMARS = Path(__file__).resolve().parents[2] / "benchmarks" / "grammars"
@@ -74,3 +82,46 @@ def test_arithmetic_calls_close_with_a_bracket_or_a_comma(smollm2_vocab):
         mask = m.next_token_mask()
         for t in closing:
             assert mask[t] == m.copy().accept_token(t), (text, smollm2_vocab.token_bytes[t])
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["c", "python"])
+def test_a_nullable_call_passes_on_to_what_follows_it(native):
+    # p and q are recursive, so they stay calls, and both may match nothing: after p in
+    # root comes q's "<" or, q being empty, "!".
+    grammar = Grammar.from_gbnf('root ::= p q "!"\n'
+                                'p ::= "(" p ")" | ""\n'
+                                'q ::= "<" q ">" | ""')
+    nfa, fragments, order, live = build_nfa(grammar)
+    nfa.native_paste = native and follow._nfa_build is not None
+    table = follow_bytes(nfa, fragments, order, live)
+    got = {name: bytes(np.flatnonzero(table[r]).astype(np.uint8).tolist())
+           for r, name in enumerate(order)}
+    assert got["p"] == b"!)<"
+    assert got["q"] == b"!>"
+
+
+needs_native = pytest.mark.skipif(
+    follow._nfa_build is None or bool(os.environ.get("FORMCAST_PURE_PYTHON")),
+    reason="the C extension is not built, or FORMCAST_PURE_PYTHON switches it off")
+
+
+def _assert_c_and_python_follow_agree(grammar: Grammar) -> None:
+    nfa, fragments, order, live = build_nfa(grammar)
+    native = follow_bytes(nfa, fragments, order, live)
+    nfa.native_paste = False  # the Python reference
+    assert np.array_equal(follow_bytes(nfa, fragments, order, live), native)
+
+
+@needs_native
+@fuzz_settings(150)
+@given(grammar=grammars())
+def test_c_and_python_follow_sets_agree_on_random_grammars(grammar):
+    """Lazily copied repetitions, nullable rules, dead states and calls between rules."""
+    with contextlib.suppress(GrammarError):
+        _assert_c_and_python_follow_agree(grammar)
+
+
+@needs_native
+@pytest.mark.parametrize("path", GRAMMAR_PATHS, ids=lambda p: p.name)
+def test_c_and_python_follow_sets_agree_on_benchmark_grammars(path):
+    _assert_c_and_python_follow_agree(load_grammar(path))

@@ -9,6 +9,7 @@
  *     a few Python calls and a new state or two.
  *   literal_trie: the byte trie of an enum's literals.
  *   compact: the subset construction of a lazily repeated item.
+ *   follow_sets: what can follow each call rule (engine.follow), for a grammar's first mask.
  *
  * The NFA is the builder's three Python lists (eps, byte_edges, call_edges: one container a
  * state, edges relative to their source), appended to in place.
@@ -1474,6 +1475,322 @@ static int build_trie(Build *b, PyObject *literals, Py_ssize_t start, Py_ssize_t
     return out ? 0 : -1;
 }
 
+/* ---------------------------------------------------------------------------- follow sets
+ *
+ * follow_sets(eps, byte_edges, call_edges, live, starts, ends, index, lazy) -> bytes: FOLLOW
+ * of each call rule as 32 bytes of bits (engine.follow.follow_bytes, whose Python code is
+ * the reference; see there for what the sets mean). starts[r] is rule r's start state, ends
+ * maps a rule's end state to r, index a rule name to r, lazy a lazy repetition's exit state
+ * to the (first copy's entry, repetition's end) it may go on to. It runs inside a grammar's
+ * first mask: in Python it was 50-90 us of a recursive grammar's first step. */
+
+typedef struct {
+    uint64_t w[4];
+} Bits256;
+
+static inline void bits_or(Bits256 *a, const Bits256 *b) {
+    for (int i = 0; i < 4; i++) a->w[i] |= b->w[i];
+}
+
+static inline int bits_new(const Bits256 *a, const Bits256 *b) { /* b has a bit a lacks */
+    for (int i = 0; i < 4; i++)
+        if (b->w[i] & ~a->w[i]) return 1;
+    return 0;
+}
+
+static inline void bits_range(Bits256 *a, long lo, long hi) {
+    for (long b = lo; b <= hi; b++) a->w[b >> 6] |= (uint64_t)1 << (b & 63);
+}
+
+typedef struct {
+    PyObject **eps, **byte_edges, **call_edges; /* the NFA lists' items (borrowed) */
+    Py_ssize_t n_states, n_rules;
+    char *live;
+    Py_ssize_t *starts;
+    Py_ssize_t *end_rule; /* state -> rule whose end it is, or -1 */
+    Py_ssize_t *lazy_first, *lazy_end; /* state -> where a lazy exit goes on, or -1 */
+    PyObject *index; /* dict: rule name -> rule number */
+    Bits256 *first;
+    char *nullable;
+    uint32_t *stamp;
+    uint32_t round;
+    Py_ssize_t *work;
+    char *ended; /* rules whose end a reach() met */
+    Py_ssize_t *ended_list;
+    Py_ssize_t n_ended;
+} Follow;
+
+static int follow_push(Follow *f, Py_ssize_t y, Py_ssize_t *top) {
+    if (y < 0 || y >= f->n_states) {
+        PyErr_Format(PyExc_IndexError, "follow_sets: NFA state %zd out of range", y);
+        return -1;
+    }
+    if (f->stamp[y] != f->round && f->live[y]) {
+        f->stamp[y] = f->round;
+        f->work[(*top)++] = y;
+    }
+    return 0;
+}
+
+/* Bytes that can come first from s without leaving its rule (into *out), and the rules
+ * whose end is reached without a byte (f->ended_list). */
+static int follow_reach(Follow *f, Py_ssize_t s, Bits256 *out) {
+    memset(out, 0, sizeof *out);
+    for (Py_ssize_t i = 0; i < f->n_ended; i++) f->ended[f->ended_list[i]] = 0;
+    f->n_ended = 0;
+    if (++f->round == 0) { /* wrapped: forget every stamp */
+        memset(f->stamp, 0, sizeof(uint32_t) * (size_t)f->n_states);
+        f->round = 1;
+    }
+    Py_ssize_t top = 0;
+    f->stamp[s] = f->round;
+    f->work[top++] = s;
+    while (top) {
+        Py_ssize_t x = f->work[--top];
+        Py_ssize_t r = f->end_rule[x];
+        if (r >= 0 && !f->ended[r]) {
+            f->ended[r] = 1;
+            f->ended_list[f->n_ended++] = r;
+        }
+        PyObject **items;
+        Py_ssize_t n;
+        if (items_of(f->eps[x], &items, &n, "eps[x]") < 0) return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t d = PyLong_AsSsize_t(items[i]);
+            if (d == -1 && PyErr_Occurred()) return -1;
+            if (follow_push(f, x + d, &top) < 0) return -1;
+        }
+        if (f->lazy_first[x] >= 0) { /* any copy starts like the first; or the repeat ends */
+            if (follow_push(f, f->lazy_first[x], &top) < 0) return -1;
+            if (follow_push(f, f->lazy_end[x], &top) < 0) return -1;
+        }
+        if (items_of(f->byte_edges[x], &items, &n, "byte_edges[x]") < 0) return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            long lo, hi;
+            Py_ssize_t d;
+            if (!PyArg_ParseTuple(items[i], "lln", &lo, &hi, &d)) return -1;
+            Py_ssize_t y = x + d;
+            if (y < 0 || y >= f->n_states || lo < 0 || hi > 255) {
+                PyErr_SetString(PyExc_ValueError, "follow_sets: bad byte edge");
+                return -1;
+            }
+            if (f->live[y]) bits_range(out, lo, hi);
+        }
+        if (items_of(f->call_edges[x], &items, &n, "call_edges[x]") < 0) return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *name;
+            Py_ssize_t d;
+            if (!PyArg_ParseTuple(items[i], "On", &name, &d)) return -1;
+            Py_ssize_t t = x + d;
+            if (t < 0 || t >= f->n_states) {
+                PyErr_SetString(PyExc_ValueError, "follow_sets: bad call edge");
+                return -1;
+            }
+            PyObject *got = PyDict_GetItemWithError(f->index, name);
+            if (!got) {
+                if (PyErr_Occurred()) return -1;
+                continue;
+            }
+            Py_ssize_t callee = PyLong_AsSsize_t(got);
+            if (callee == -1 && PyErr_Occurred()) return -1;
+            if (!f->live[t] || !f->live[f->starts[callee]]) continue;
+            bits_or(out, &f->first[callee]);
+            if (f->nullable[callee] && follow_push(f, t, &top) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+/* A Python sequence of ints into a new C array (n entries, each in [0, bound)). */
+static Py_ssize_t *index_array(PyObject *seq, Py_ssize_t n, Py_ssize_t bound, const char *what) {
+    PyObject **items;
+    Py_ssize_t m;
+    if (items_of(seq, &items, &m, what) < 0) return NULL;
+    if (m != n) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd entries, expected %zd", what, m, n);
+        return NULL;
+    }
+    Py_ssize_t *out = malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
+    if (!out) return (Py_ssize_t *)PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = PyLong_AsSsize_t(items[i]);
+        if ((out[i] == -1 && PyErr_Occurred()) || out[i] < 0 || out[i] >= bound) {
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s: out of range", what);
+            free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* Fill state -> value arrays (preset to -1) from a dict of state -> int or (int, int). */
+static int state_map(PyObject *dict, Py_ssize_t n_states, Py_ssize_t bound, Py_ssize_t *a,
+                     Py_ssize_t *b) {
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        Py_ssize_t x = PyLong_AsSsize_t(key);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        Py_ssize_t u, v = 0;
+        if (b) {
+            if (!PyArg_ParseTuple(value, "nn", &u, &v)) return -1;
+        } else {
+            u = PyLong_AsSsize_t(value);
+            if (u == -1 && PyErr_Occurred()) return -1;
+        }
+        if (x < 0 || x >= n_states || u < 0 || u >= bound || (b && (v < 0 || v >= bound))) {
+            PyErr_SetString(PyExc_ValueError, "follow_sets: state map out of range");
+            return -1;
+        }
+        a[x] = u;
+        if (b) b[x] = v;
+    }
+    return 0;
+}
+
+static PyObject *follow_sets(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *eps, *byte_edges, *call_edges, *live_list, *starts_list, *ends, *index, *lazy;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!O!O!", &PyList_Type, &eps, &PyList_Type,
+                          &byte_edges, &PyList_Type, &call_edges, &PyList_Type, &live_list,
+                          &starts_list, &PyDict_Type, &ends, &PyDict_Type, &index,
+                          &PyDict_Type, &lazy))
+        return NULL;
+    Follow f;
+    memset(&f, 0, sizeof f);
+    PyObject *result = NULL;
+    f.n_states = PyList_GET_SIZE(eps);
+    if (PyList_GET_SIZE(byte_edges) != f.n_states || PyList_GET_SIZE(call_edges) != f.n_states ||
+        PyList_GET_SIZE(live_list) != f.n_states) {
+        PyErr_SetString(PyExc_ValueError, "follow_sets: NFA lists of different lengths");
+        return NULL;
+    }
+    f.n_rules = PySequence_Size(starts_list);
+    if (f.n_rules < 0) return NULL;
+    f.eps = ((PyListObject *)eps)->ob_item;
+    f.byte_edges = ((PyListObject *)byte_edges)->ob_item;
+    f.call_edges = ((PyListObject *)call_edges)->ob_item;
+    f.index = index;
+    size_t ns = (size_t)(f.n_states ? f.n_states : 1), nr = (size_t)(f.n_rules ? f.n_rules : 1);
+    f.live = malloc(ns);
+    f.end_rule = malloc(sizeof(Py_ssize_t) * ns);
+    f.lazy_first = malloc(sizeof(Py_ssize_t) * ns);
+    f.lazy_end = malloc(sizeof(Py_ssize_t) * ns);
+    f.stamp = calloc(ns, sizeof(uint32_t));
+    f.work = malloc(sizeof(Py_ssize_t) * ns);
+    f.first = calloc(nr, sizeof(Bits256));
+    f.nullable = calloc(nr, 1);
+    f.ended = calloc(nr, 1);
+    f.ended_list = malloc(sizeof(Py_ssize_t) * nr);
+    Bits256 *follow = calloc(nr, sizeof(Bits256));
+    /* (callee, ended rule) pairs: FOLLOW(callee) takes in FOLLOW(ended) */
+    Py_ssize_t *inherit = NULL, n_inherit = 0, cap_inherit = 0;
+    if (!f.live || !f.end_rule || !f.lazy_first || !f.lazy_end || !f.stamp || !f.work ||
+        !f.first || !f.nullable || !f.ended || !f.ended_list || !follow) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t x = 0; x < f.n_states; x++) {
+        int t = PyObject_IsTrue(PyList_GET_ITEM(live_list, x));
+        if (t < 0) goto done;
+        f.live[x] = (char)t;
+        f.end_rule[x] = f.lazy_first[x] = f.lazy_end[x] = -1;
+    }
+    f.starts = index_array(starts_list, f.n_rules, f.n_states, "starts");
+    if (!f.starts) goto done;
+    if (state_map(ends, f.n_states, f.n_rules, f.end_rule, NULL) < 0) goto done;
+    if (state_map(lazy, f.n_states, f.n_states, f.lazy_first, f.lazy_end) < 0) goto done;
+
+    /* FIRST and nullability of each rule, to a fixpoint (rules call each other). */
+    Bits256 got;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (Py_ssize_t r = 0; r < f.n_rules; r++) {
+            if (!f.live[f.starts[r]]) continue;
+            if (follow_reach(&f, f.starts[r], &got) < 0) goto done;
+            char is_nullable = f.ended[r];
+            if (bits_new(&f.first[r], &got) || is_nullable != f.nullable[r]) {
+                bits_or(&f.first[r], &got);
+                f.nullable[r] = f.nullable[r] || is_nullable;
+                changed = 1;
+            }
+        }
+    }
+    /* Every call site: what follows the call in its rule, and whose FOLLOW it inherits. */
+    for (Py_ssize_t x = 0; x < f.n_states; x++) {
+        if (!f.live[x]) continue;
+        PyObject **items;
+        Py_ssize_t n;
+        if (items_of(f.call_edges[x], &items, &n, "call_edges[x]") < 0) goto done;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *name;
+            Py_ssize_t d;
+            if (!PyArg_ParseTuple(items[i], "On", &name, &d)) goto done;
+            Py_ssize_t t = x + d;
+            if (t < 0 || t >= f.n_states) {
+                PyErr_SetString(PyExc_ValueError, "follow_sets: bad call edge");
+                goto done;
+            }
+            PyObject *callee_obj = PyDict_GetItemWithError(index, name);
+            if (!callee_obj) {
+                if (PyErr_Occurred()) goto done;
+                continue;
+            }
+            Py_ssize_t callee = PyLong_AsSsize_t(callee_obj);
+            if (callee == -1 && PyErr_Occurred()) goto done;
+            if (!f.live[t]) continue;
+            if (follow_reach(&f, t, &got) < 0) goto done;
+            bits_or(&follow[callee], &got);
+            for (Py_ssize_t k = 0; k < f.n_ended; k++) {
+                if (n_inherit + 2 > cap_inherit) {
+                    Py_ssize_t cap = cap_inherit ? cap_inherit * 2 : 64;
+                    Py_ssize_t *more = realloc(inherit, sizeof(Py_ssize_t) * (size_t)cap);
+                    if (!more) {
+                        PyErr_NoMemory();
+                        goto done;
+                    }
+                    inherit = more;
+                    cap_inherit = cap;
+                }
+                inherit[n_inherit++] = callee;
+                inherit[n_inherit++] = f.ended_list[k];
+            }
+        }
+    }
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (Py_ssize_t i = 0; i < n_inherit; i += 2) {
+            Bits256 *to = &follow[inherit[i]], *from = &follow[inherit[i + 1]];
+            if (bits_new(to, from)) {
+                bits_or(to, from);
+                changed = 1;
+            }
+        }
+    }
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(32 * (size_t)f.n_rules));
+    if (result) {
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+        for (Py_ssize_t r = 0; r < f.n_rules; r++)
+            for (int b = 0; b < 32; b++)
+                out[32 * r + b] = (unsigned char)(follow[r].w[b >> 3] >> (8 * (b & 7)));
+    }
+done:
+    free(f.live);
+    free(f.end_rule);
+    free(f.lazy_first);
+    free(f.lazy_end);
+    free(f.stamp);
+    free(f.work);
+    free(f.first);
+    free(f.nullable);
+    free(f.ended);
+    free(f.ended_list);
+    free(f.starts);
+    free(follow);
+    free(inherit);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS,
      "setup(literal, byte_set, char_set, seq, choice, repeat, ref, step_one, no_edges, "
@@ -1500,6 +1817,9 @@ static PyMethodDef methods[] = {
     {"compact", compact, METH_VARARGS,
      "compact(eps, byte_edges, first, stop, exit) -> (rows, exits) | None: a byte-only "
      "fragment's subset construction, when smaller"},
+    {"follow_sets", follow_sets, METH_VARARGS,
+     "follow_sets(eps, byte_edges, call_edges, live, starts, ends, index, lazy) -> bytes: "
+     "engine.follow.follow_bytes in C, 32 bytes of bits a call rule"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nfa_build",

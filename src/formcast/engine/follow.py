@@ -26,6 +26,11 @@ import numpy as np
 
 from formcast.engine.nfa import NFA
 
+try:  # the same sets in C (setup.py); FORMCAST_PURE_PYTHON=1 keeps this Python code
+    from formcast.engine import _nfa_build
+except ImportError:  # pragma: no cover - depends on the build
+    _nfa_build = None
+
 
 def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[str],
                  live: list[bool]) -> np.ndarray:
@@ -39,9 +44,15 @@ def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[st
         return np.zeros((n_rules, 256), dtype=bool)
     index = {name: i for i, name in enumerate(order)}
     ends = {fragments[name][1]: i for i, name in enumerate(order)}
+    starts = [fragments[name][0] for name in order]
+    if _nfa_build is not None and nfa.native_paste:
+        lazy = {x: (record.first, record.end) for x, (record, _) in nfa.lazy_exits.items()}
+        packed = np.frombuffer(_nfa_build.follow_sets(
+            nfa.eps, nfa.byte_edges, nfa.call_edges, live, starts, ends, index, lazy),
+            dtype=np.uint8)
+        return np.unpackbits(packed, bitorder="little").reshape(n_rules, 256).view(bool)
     first = [0] * n_rules
     nullable = [False] * n_rules
-    starts = [fragments[name][0] for name in order]
 
     def reach(s: int) -> tuple[int, set[int]]:
         """Bytes that can come first from NFA state ``s`` without leaving its rule, and the
