@@ -13,6 +13,7 @@ setup(
             sources=[f"src/formcast/engine/{name}.c"],
             depends=["src/formcast/engine/_determinise_api.h",
                      "src/formcast/engine/_seq_items.h",
+                     "src/formcast/engine/_nfa_paste.h",
                      "src/formcast/engine/_parser_closure.h"],
             extra_compile_args=["-O2"],
             optional=True,

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "_seq_items.h"
+#include "_nfa_paste.h"
 
 #include "_determinise_api.h"
 
@@ -122,14 +123,6 @@ static void core_dealloc(Core *c) {
     free(c->segpool.v);
     free(c->tgtpool.v);
     Py_TYPE(c)->tp_free((PyObject *)c);
-}
-
-/* Take a container of ints, or of tuples of ints and names, out of the cyclic garbage
- * collector's lists: it can never be part of a reference cycle, and an automaton holds tens
- * of thousands of them (NFA edge lists, 256-entry DFA rows). Left tracked, every collection
- * of an older generation walks them all again (measured: 1-5 ms pauses inside cold masks). */
-static void untrack_acyclic(PyObject *container) {
-    if (container && PyObject_GC_IsTracked(container)) PyObject_GC_UnTrack(container);
 }
 
 /* The NFA list entry of state x (borrowed), or NULL with IndexError. */
@@ -1382,62 +1375,6 @@ static PyObject *core_n_states(Core *c, void *closure) {
     return PyLong_FromSsize_t(c->n_states);
 }
 
-/* Append to outs[k] (the NFA's eps, byte_edges and call_edges lists) fresh lists holding the
- * items of srcs[k] (a copy's first state or exit, which the builder may extend); the exit's
- * epsilon edges are left out (no_eps). */
-static int paste_fresh(PyObject *outs[3], PyObject *srcs[3], int no_eps) {
-    for (int k = 0; k < 3; k++) {
-        Py_ssize_t m;
-        PyObject **src;
-        if (items_of(srcs[k], &src, &m, "pasted edges") < 0) return -1;
-        if (k == 0 && no_eps) m = 0;
-        PyObject *list = PyList_New(m);
-        if (!list) return -1;
-        for (Py_ssize_t j = 0; j < m; j++) {
-            Py_INCREF(src[j]);
-            PyList_SET_ITEM(list, j, src[j]);
-        }
-        untrack_acyclic(list);
-        int bad = PyList_Append(outs[k], list);
-        Py_DECREF(list);
-        if (bad < 0) return -1;
-    }
-    return 0;
-}
-
-/* A tuple with the items of an edge container (itself when it is one already), untracked:
- * the container copies share, which nothing may change any more. New reference. */
-static PyObject *frozen(PyObject *container) {
-    PyObject *out;
-    if (PyTuple_CheckExact(container)) {
-        Py_INCREF(container);
-        out = container;
-    } else if (PyList_CheckExact(container)) {
-        out = PyList_AsTuple(container);
-    } else {
-        PyErr_SetString(PyExc_TypeError, "paste: edges are lists or tuples");
-        return NULL;
-    }
-    untrack_acyclic(out);
-    return out;
-}
-
-/* Drop the NFA's last state (a copy's entry, allocated by the caller): the copy's first
- * state takes its number. */
-static int drop_entry(PyObject *eps, PyObject *byte_edges, PyObject *call_edges) {
-    Py_ssize_t entry = PyList_GET_SIZE(eps) - 1;
-    if (entry < 0 || PyList_GET_SIZE(byte_edges) != entry + 1 ||
-        PyList_GET_SIZE(call_edges) != entry + 1) {
-        PyErr_SetString(PyExc_ValueError, "paste: the NFA lists differ in length");
-        return -1;
-    }
-    if (PyList_SetSlice(eps, entry, entry + 1, NULL) < 0 ||
-        PyList_SetSlice(byte_edges, entry, entry + 1, NULL) < 0 ||
-        PyList_SetSlice(call_edges, entry, entry + 1, NULL) < 0)
-        return -1;
-    return 0;
-}
-
 /* paste(eps, byte_edges, call_edges, edges, exit_offset): append a copy of snapshotted NFA
  * states, replacing the last state (the copy's entry, allocated by the caller). `edges` holds
  * one (eps, byte edges, call edges) triple of frozen containers a state; edges are relative,
@@ -1470,10 +1407,8 @@ static PyObject *paste(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* paste_range(eps, byte_edges, call_edges, first, stop, exit): paste's copy of the NFA's own
- * states [first, stop), read in place instead of from a snapshot: the containers of every
- * state but the first and the exit are frozen to tuples where they are, and shared. The
- * states read all lie before the copy, so appending never moves them. */
+/* paste_range(eps, byte_edges, call_edges, first, stop, exit): paste_range_into (see
+ * _nfa_paste.h) for the Python builder. */
 static PyObject *paste_range(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *eps, *byte_edges, *call_edges;
@@ -1481,31 +1416,7 @@ static PyObject *paste_range(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!O!O!lll", &PyList_Type, &eps, &PyList_Type, &byte_edges,
                           &PyList_Type, &call_edges, &first, &stop, &exit_))
         return NULL;
-    if (drop_entry(eps, byte_edges, call_edges) < 0) return NULL;
-    if (first < 0 || stop < first || stop > PyList_GET_SIZE(eps)) {
-        PyErr_SetString(PyExc_ValueError, "paste_range: range out of the NFA");
-        return NULL;
-    }
-    PyObject *outs[3] = {eps, byte_edges, call_edges};
-    for (long x = first; x < stop; x++) {
-        if (x == first || x == exit_) {
-            PyObject *srcs[3] = {PyList_GET_ITEM(eps, x), PyList_GET_ITEM(byte_edges, x),
-                                 PyList_GET_ITEM(call_edges, x)};
-            if (paste_fresh(outs, srcs, x == exit_) < 0) return NULL;
-            continue;
-        }
-        for (int k = 0; k < 3; k++) {
-            PyObject *shared = frozen(PyList_GET_ITEM(outs[k], x));
-            if (!shared) return NULL;
-            /* SetItem steals one reference (the slot's), Append takes its own. */
-            Py_INCREF(shared);
-            if (PyList_SetItem(outs[k], x, shared) < 0 || PyList_Append(outs[k], shared) < 0) {
-                Py_DECREF(shared);
-                return NULL;
-            }
-            Py_DECREF(shared);
-        }
-    }
+    if (paste_range_into(eps, byte_edges, call_edges, first, stop, exit_) < 0) return NULL;
     Py_RETURN_NONE;
 }
 

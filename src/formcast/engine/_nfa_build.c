@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "_seq_items.h"
+#include "_nfa_paste.h"
 
 /* A growable stack of state numbers (a trie path). */
 typedef struct {
@@ -55,7 +56,7 @@ static struct {
 static PyObject *s_items, *s_data, *s_ranges, *s_item, *s_min, *s_max, *s_build_py,
     *s_may_die, *s_nfa, *s_eps, *s_byte_edges, *s_call_edges, *s_name, *s_inlined,
     *s_call_rules, *s_copy_range, *s_utf8_paths, *s_build_lazy_repeat, *s_negated,
-    *s_inline_size;
+    *s_inline_size, *s_lazy_exits;
 
 /* compact(eps, byte_edges, first, stop, exit): the subset construction of the byte-only NFA
  * fragment [first, stop) (a lazily repeated item, see nfa._Builder._compact_fragment), when
@@ -915,6 +916,7 @@ static PyObject *expr_size(PyObject *self, PyObject *args) {
 typedef struct {
     PyObject *builder, *path, *eps, *bytes, *calls;
     Py_ssize_t max_states, byte_chain_max, lazy_repeat_min; /* nfa.py's limits */
+    PyObject *lazy_exits; /* nfa.lazy_exits: while empty, copies are pasted here */
 } Build;
 
 static int raise_too_large(void) {
@@ -1266,9 +1268,31 @@ static int build_byte_chain(Build *b, PyObject *ranges, Py_ssize_t low, Py_ssize
     return high == 0 ? add_eps(b, start, end) : 0;
 }
 
-/* builder._copy_range(first, stop, exit, entry): the exit of the copy, or -1. */
+/* builder._copy_range(first, stop, exit, entry): the exit of the copy, or -1. Pasted here
+ * while the NFA has no lazy repetition (most schemas: _copy_range's only other work is
+ * registering copies of those); a copy from Python cost a few microseconds, and a schema
+ * makes hundreds. */
 static Py_ssize_t copy_range(Build *b, PyObject *first, PyObject *stop, PyObject *old_exit,
                              Py_ssize_t entry) {
+    if (PyDict_GET_SIZE(b->lazy_exits) == 0) {
+        Py_ssize_t f = PyLong_AsSsize_t(first), t = PyLong_AsSsize_t(stop),
+                   x = PyLong_AsSsize_t(old_exit);
+        if (PyErr_Occurred()) return -1;
+        Py_ssize_t size = PyList_GET_SIZE(b->eps);
+        if (entry != size - 1) {
+            PyErr_SetString(PyExc_AssertionError,
+                            "a fragment is pasted right after its entry state");
+            return -1;
+        }
+        if (size + t - f > b->max_states) return raise_too_large();
+        if (f < 0 || t < f || x < f || x >= t) {
+            PyErr_SetString(PyExc_ValueError, "nfa build: a copied range is out of the NFA");
+            return -1;
+        }
+        if (paste_range_into(b->eps, b->bytes, b->calls, (long)f, (long)t, (long)x) < 0)
+            return -1;
+        return x + (entry - f);
+    }
     PyObject *entry_obj = PyLong_FromSsize_t(entry);
     if (!entry_obj) return -1;
     PyObject *exit_obj = PyObject_CallMethodObjArgs(b->builder, s_copy_range, first, stop,
@@ -1409,7 +1433,7 @@ static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
 /* build(builder, (max_states, byte_chain_max, lazy_repeat_min), expr, start, end, path) */
 static PyObject *build(PyObject *self, PyObject *args) {
     (void)self;
-    Build b = {NULL, NULL, NULL, NULL, NULL, 0, 0, 0};
+    Build b = {NULL, NULL, NULL, NULL, NULL, 0, 0, 0, NULL};
     PyObject *e;
     Py_ssize_t start, end;
     if (!ir.literal) {
@@ -1424,11 +1448,14 @@ static PyObject *build(PyObject *self, PyObject *args) {
     b.eps = PyObject_GetAttr(nfa, s_eps);
     b.bytes = PyObject_GetAttr(nfa, s_byte_edges);
     b.calls = PyObject_GetAttr(nfa, s_call_edges);
+    b.lazy_exits = PyObject_GetAttr(nfa, s_lazy_exits);
     Py_DECREF(nfa);
     PyObject *out = NULL;
-    if (b.eps && b.bytes && b.calls) {
-        if (!PyList_Check(b.eps) || !PyList_Check(b.bytes) || !PyList_Check(b.calls)) {
-            PyErr_SetString(PyExc_TypeError, "nfa build: the NFA's edges are lists");
+    if (b.eps && b.bytes && b.calls && b.lazy_exits) {
+        if (!PyList_Check(b.eps) || !PyList_Check(b.bytes) || !PyList_Check(b.calls) ||
+            !PyDict_Check(b.lazy_exits)) {
+            PyErr_SetString(PyExc_TypeError,
+                            "nfa build: the NFA's edges are lists, its lazy exits a dict");
         } else {
             Py_ssize_t size = PyList_GET_SIZE(b.eps);
             if (start < 0 || end < 0 || start >= size || end >= size ||
@@ -1443,6 +1470,7 @@ static PyObject *build(PyObject *self, PyObject *args) {
     Py_XDECREF(b.eps);
     Py_XDECREF(b.bytes);
     Py_XDECREF(b.calls);
+    Py_XDECREF(b.lazy_exits);
     return out;
 }
 
@@ -1830,11 +1858,11 @@ PyMODINIT_FUNC PyInit__nfa_build(void) {
     PyObject **names[] = {&s_items, &s_data, &s_ranges, &s_item, &s_min, &s_max, &s_build_py,
                           &s_may_die, &s_nfa, &s_eps, &s_byte_edges, &s_call_edges, &s_name,
                           &s_inlined, &s_call_rules, &s_copy_range, &s_utf8_paths,
-                          &s_build_lazy_repeat, &s_negated, &s_inline_size};
+                          &s_build_lazy_repeat, &s_negated, &s_inline_size, &s_lazy_exits};
     const char *texts[] = {"items", "data", "ranges", "item", "min", "max", "_build_py",
                            "may_die", "nfa", "eps", "byte_edges", "call_edges", "name",
                            "_inlined", "call_rules", "_copy_range", "_utf8_paths",
-                           "_build_lazy_repeat", "negated", "_inline_size"};
+                           "_build_lazy_repeat", "negated", "_inline_size", "lazy_exits"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *names[i] = PyUnicode_InternFromString(texts[i]);
         if (!*names[i]) return NULL;

@@ -1,0 +1,111 @@
+/* Pasting copies of NFA states, shared by the determiniser module (paste, paste_range, for
+ * the Python builder) and the C builder (_nfa_build: copies of inlined rules). The NFA is
+ * three Python lists (eps, byte_edges, call_edges), one edge container a state, edges
+ * relative to their source, so a copy can share the containers of what it copies. */
+#ifndef FORMCAST_NFA_PASTE_H
+#define FORMCAST_NFA_PASTE_H
+
+#include <Python.h>
+
+#include "_seq_items.h"
+
+/* Take a container of ints, or of tuples of ints and names, out of the cyclic garbage
+ * collector's lists: it can never be part of a reference cycle, and an automaton holds tens
+ * of thousands of them (NFA edge lists, 256-entry DFA rows). Left tracked, every collection
+ * of an older generation walks them all again (measured: 1-5 ms pauses inside cold masks). */
+static void untrack_acyclic(PyObject *container) {
+    if (container && PyObject_GC_IsTracked(container)) PyObject_GC_UnTrack(container);
+}
+
+/* Append to outs[k] (the NFA's eps, byte_edges and call_edges lists) fresh lists holding the
+ * items of srcs[k] (a copy's first state or exit, which the builder may extend); the exit's
+ * epsilon edges are left out (no_eps). */
+static int paste_fresh(PyObject *outs[3], PyObject *srcs[3], int no_eps) {
+    for (int k = 0; k < 3; k++) {
+        Py_ssize_t m;
+        PyObject **src;
+        if (items_of(srcs[k], &src, &m, "pasted edges") < 0) return -1;
+        if (k == 0 && no_eps) m = 0;
+        PyObject *list = PyList_New(m);
+        if (!list) return -1;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            Py_INCREF(src[j]);
+            PyList_SET_ITEM(list, j, src[j]);
+        }
+        untrack_acyclic(list);
+        int bad = PyList_Append(outs[k], list);
+        Py_DECREF(list);
+        if (bad < 0) return -1;
+    }
+    return 0;
+}
+
+/* A tuple with the items of an edge container (itself when it is one already), untracked:
+ * the container copies share, which nothing may change any more. New reference. */
+static PyObject *frozen(PyObject *container) {
+    PyObject *out;
+    if (PyTuple_CheckExact(container)) {
+        Py_INCREF(container);
+        out = container;
+    } else if (PyList_CheckExact(container)) {
+        out = PyList_AsTuple(container);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "paste: edges are lists or tuples");
+        return NULL;
+    }
+    untrack_acyclic(out);
+    return out;
+}
+
+/* Drop the NFA's last state (a copy's entry, allocated by the caller): the copy's first
+ * state takes its number. */
+static int drop_entry(PyObject *eps, PyObject *byte_edges, PyObject *call_edges) {
+    Py_ssize_t entry = PyList_GET_SIZE(eps) - 1;
+    if (entry < 0 || PyList_GET_SIZE(byte_edges) != entry + 1 ||
+        PyList_GET_SIZE(call_edges) != entry + 1) {
+        PyErr_SetString(PyExc_ValueError, "paste: the NFA lists differ in length");
+        return -1;
+    }
+    if (PyList_SetSlice(eps, entry, entry + 1, NULL) < 0 ||
+        PyList_SetSlice(byte_edges, entry, entry + 1, NULL) < 0 ||
+        PyList_SetSlice(call_edges, entry, entry + 1, NULL) < 0)
+        return -1;
+    return 0;
+}
+
+/* paste's copy of the NFA's own states [first, stop), read in place instead of from a
+ * snapshot, replacing the NFA's last state (the copy's entry, allocated by the caller): the
+ * containers of every state but the first and the exit are frozen to tuples where they are,
+ * and shared. The states read all lie before the copy, so appending never moves them.
+ * 0, or -1 with a Python exception set. */
+static int paste_range_into(PyObject *eps, PyObject *byte_edges, PyObject *call_edges,
+                            long first, long stop, long exit_) {
+    if (drop_entry(eps, byte_edges, call_edges) < 0) return -1;
+    if (first < 0 || stop < first || stop > PyList_GET_SIZE(eps)) {
+        PyErr_SetString(PyExc_ValueError, "paste_range: range out of the NFA");
+        return -1;
+    }
+    PyObject *outs[3] = {eps, byte_edges, call_edges};
+    for (long x = first; x < stop; x++) {
+        if (x == first || x == exit_) {
+            PyObject *srcs[3] = {PyList_GET_ITEM(eps, x), PyList_GET_ITEM(byte_edges, x),
+                                 PyList_GET_ITEM(call_edges, x)};
+            if (paste_fresh(outs, srcs, x == exit_) < 0) return -1;
+            continue;
+        }
+        for (int k = 0; k < 3; k++) {
+            PyObject *shared = frozen(PyList_GET_ITEM(outs[k], x));
+            if (!shared) return -1;
+            /* SetItem steals one reference (the slot's), Append takes its own. */
+            Py_INCREF(shared);
+            if (PyList_SetItem(outs[k], x, shared) < 0 || PyList_Append(outs[k], shared) < 0) {
+                Py_DECREF(shared);
+                return -1;
+            }
+            Py_DECREF(shared);
+        }
+    }
+    return 0;
+}
+
+#endif
