@@ -859,7 +859,9 @@ def _rule_base(pointer: str) -> str:
         words = [tokens[0].lstrip("$")] + tokens[1:]
     else:
         words = ["root"] + tokens
-    words = [_NOT_WORD.sub("-", w).strip("-") or "x" for w in words]
+    # Most tokens are plain words already ("properties", "items", "0"): no regex for those.
+    words = [w if w.isalnum() and w.isascii() else _NOT_WORD.sub("-", w).strip("-") or "x"
+             for w in words]
     return "-".join(words)
 
 
