@@ -56,7 +56,7 @@ static struct {
 static PyObject *s_items, *s_data, *s_ranges, *s_item, *s_min, *s_max, *s_build_py,
     *s_may_die, *s_nfa, *s_eps, *s_byte_edges, *s_call_edges, *s_name, *s_inlined,
     *s_call_rules, *s_copy_range, *s_utf8_paths, *s_build_lazy_repeat, *s_negated,
-    *s_inline_size, *s_lazy_exits;
+    *s_inline_size, *s_lazy_exits, *s_first;
 
 /* compact(eps, byte_edges, first, stop, exit): the subset construction of the byte-only NFA
  * fragment [first, stop) (a lazily repeated item, see nfa._Builder._compact_fragment), when
@@ -1091,13 +1091,16 @@ static int build_choice(Build *b, PyObject **items, Py_ssize_t n, Py_ssize_t sta
     return 0;
 }
 
+static Py_ssize_t copy_range(Build *b, PyObject *first, PyObject *stop, PyObject *old_exit,
+                             Py_ssize_t entry);
+
 /* A rule reference whose rule is inlined already, as _Builder._build_ref does it: a copy of
  * the rule's first fragment (builder._copy_range) between a new entry state and `end`.
  * 1 when done, 0 when the reference needs _build_ref's decisions (first use, rule calls,
  * recursion), -1 on error. */
 static int build_ref_copy(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
     PyObject *name = PyObject_GetAttr(e, s_name), *inlined = NULL, *call_rules = NULL;
-    PyObject *built, *entry_obj = NULL, *exit_obj = NULL;
+    PyObject *built;
     int rc = -1;
     if (!name) return -1;
     inlined = PyObject_GetAttr(b->builder, s_inlined);
@@ -1122,24 +1125,13 @@ static int build_ref_copy(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t en
     if (!PyArg_ParseTuple(built, "OOO", &first, &old_exit, &stop)) goto done;
     Py_ssize_t entry = build_new_state(b);
     if (entry < 0 || add_eps(b, start, entry) < 0) goto done;
-    entry_obj = PyLong_FromSsize_t(entry);
-    if (!entry_obj) goto done;
-    exit_obj = PyObject_CallMethodObjArgs(b->builder, s_copy_range, first, stop, old_exit,
-                                          entry_obj, NULL);
-    if (!exit_obj) goto done;
-    Py_ssize_t exit_ = PyLong_AsSsize_t(exit_obj);
-    if (exit_ == -1 && PyErr_Occurred()) goto done;
-    if (exit_ < 0 || exit_ >= PyList_GET_SIZE(b->eps)) {
-        PyErr_SetString(PyExc_ValueError, "nfa build: a copy's exit is out of the NFA");
-        goto done;
-    }
+    Py_ssize_t exit_ = copy_range(b, first, stop, old_exit, entry);
+    if (exit_ < 0) goto done;
     rc = add_eps(b, exit_, end) < 0 ? -1 : 1;
 done:
     Py_DECREF(name);
     Py_XDECREF(inlined);
     Py_XDECREF(call_rules);
-    Py_XDECREF(entry_obj);
-    Py_XDECREF(exit_obj);
     return rc;
 }
 
@@ -1268,16 +1260,41 @@ static int build_byte_chain(Build *b, PyObject *ranges, Py_ssize_t low, Py_ssize
     return high == 0 ? add_eps(b, start, end) : 0;
 }
 
+/* Whether a lazy repetition lies inside the NFA states [first, stop) (nfa._Builder.
+ * _lazy_inside is not empty): 1 or 0, -1 with a Python exception set. */
+static int lazy_inside(Build *b, Py_ssize_t first, Py_ssize_t stop) {
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(b->lazy_exits, &pos, &key, &value)) {
+        Py_ssize_t x = PyLong_AsSsize_t(key);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        if (x < first || x >= stop) continue;
+        if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2) {
+            PyErr_SetString(PyExc_TypeError, "nfa build: lazy exits hold (record, copies)");
+            return -1;
+        }
+        PyObject *rec_first = PyObject_GetAttr(PyTuple_GET_ITEM(value, 0), s_first);
+        if (!rec_first) return -1;
+        Py_ssize_t f = PyLong_AsSsize_t(rec_first);
+        Py_DECREF(rec_first);
+        if (f == -1 && PyErr_Occurred()) return -1;
+        if (first <= f && f < stop) return 1;
+    }
+    return 0;
+}
+
 /* builder._copy_range(first, stop, exit, entry): the exit of the copy, or -1. Pasted here
- * while the NFA has no lazy repetition (most schemas: _copy_range's only other work is
- * registering copies of those); a copy from Python cost a few microseconds, and a schema
- * makes hundreds. */
+ * unless a lazy repetition lies inside the range (then _copy_range registers its copy too);
+ * a copy from Python cost a few microseconds, and a schema makes hundreds. */
 static Py_ssize_t copy_range(Build *b, PyObject *first, PyObject *stop, PyObject *old_exit,
                              Py_ssize_t entry) {
-    if (PyDict_GET_SIZE(b->lazy_exits) == 0) {
-        Py_ssize_t f = PyLong_AsSsize_t(first), t = PyLong_AsSsize_t(stop),
-                   x = PyLong_AsSsize_t(old_exit);
-        if (PyErr_Occurred()) return -1;
+    Py_ssize_t f = PyLong_AsSsize_t(first), t = PyLong_AsSsize_t(stop);
+    if (PyErr_Occurred()) return -1;
+    int lazy = PyDict_GET_SIZE(b->lazy_exits) ? lazy_inside(b, f, t) : 0;
+    if (lazy < 0) return -1;
+    if (!lazy) {
+        Py_ssize_t x = PyLong_AsSsize_t(old_exit);
+        if (x == -1 && PyErr_Occurred()) return -1;
         Py_ssize_t size = PyList_GET_SIZE(b->eps);
         if (entry != size - 1) {
             PyErr_SetString(PyExc_AssertionError,
@@ -1858,11 +1875,13 @@ PyMODINIT_FUNC PyInit__nfa_build(void) {
     PyObject **names[] = {&s_items, &s_data, &s_ranges, &s_item, &s_min, &s_max, &s_build_py,
                           &s_may_die, &s_nfa, &s_eps, &s_byte_edges, &s_call_edges, &s_name,
                           &s_inlined, &s_call_rules, &s_copy_range, &s_utf8_paths,
-                          &s_build_lazy_repeat, &s_negated, &s_inline_size, &s_lazy_exits};
+                          &s_build_lazy_repeat, &s_negated, &s_inline_size, &s_lazy_exits,
+                          &s_first};
     const char *texts[] = {"items", "data", "ranges", "item", "min", "max", "_build_py",
                            "may_die", "nfa", "eps", "byte_edges", "call_edges", "name",
                            "_inlined", "call_rules", "_copy_range", "_utf8_paths",
-                           "_build_lazy_repeat", "negated", "_inline_size", "lazy_exits"};
+                           "_build_lazy_repeat", "negated", "_inline_size", "lazy_exits",
+                           "first"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *names[i] = PyUnicode_InternFromString(texts[i]);
         if (!*names[i]) return NULL;
