@@ -1423,7 +1423,14 @@ static PyObject *paste_range(PyObject *self, PyObject *args) {
 /* untrack_acyclic a container, and the lists and tuples it holds down to `depth` levels (an
  * NFA state's edges: a list or tuple of edge tuples; a snapshot: a triple of those). */
 static void untrack_deep(PyObject *obj, int depth) {
-    if (!PyList_CheckExact(obj) && !PyTuple_CheckExact(obj)) return;
+    if (PyTuple_CheckExact(obj)) {
+        /* An untracked tuple has untracked (or atomic) items: CPython untracks a tuple only
+         * then, and so does every untracking here (see frozen in _nfa_paste.h). Shared
+         * frozen edge containers are met thousands of times; this skips their items. */
+        if (!PyObject_GC_IsTracked(obj)) return;
+    } else if (!PyList_CheckExact(obj)) {
+        return;
+    }
     untrack_acyclic(obj);
     if (depth == 0) return;
     Py_ssize_t n;
@@ -1432,29 +1439,38 @@ static void untrack_deep(PyObject *obj, int depth) {
     for (Py_ssize_t j = 0; j < n; j++) untrack_deep(items[j], depth - 1);
 }
 
-/* untrack(lists...): untrack_acyclic every list or tuple held by each argument, a list (the
- * NFA's per-state edge containers, built in Python), with the edge tuples in them, and the
- * containers inside each snapshot triple (a repetition's). The caller vouches that none of
- * them holds a container that could lead back to it. Edge tuples hold ints (and a rule
- * name); left tracked, the first collection after a compile walks every one of them (tens
- * of thousands in a schema's NFA). */
+/* untrack(depth, lists...): untrack_acyclic every list or tuple held by each list argument,
+ * and the containers below it down to `depth` levels: 0 for the NFA's epsilon lists (they
+ * hold ints), 1 for its byte and call edge lists (with their edge tuples), 2 for snapshot
+ * triples (a repetition's). The caller vouches that none of them holds a container that
+ * could lead back to it. Left tracked, the first collection after a compile walks every
+ * one of them (tens of thousands in a schema's NFA); walking deeper than the containers go
+ * was half the walk's time. */
 static PyObject *untrack(PyObject *self, PyObject *args) {
     (void)self;
-    for (Py_ssize_t a = 0; a < PyTuple_GET_SIZE(args); a++) {
+    Py_ssize_t n_args = PyTuple_GET_SIZE(args);
+    long depth = n_args ? PyLong_AsLong(PyTuple_GET_ITEM(args, 0)) : -1;
+    if (depth < 0 || depth > 2) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "untrack: the first argument is a depth, 0-2");
+        return NULL;
+    }
+    for (Py_ssize_t a = 1; a < n_args; a++) {
         PyObject *outer = PyTuple_GET_ITEM(args, a);
         if (!PyList_Check(outer)) {
             PyErr_SetString(PyExc_TypeError, "untrack: arguments are lists");
             return NULL;
         }
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(outer); i++)
-            untrack_deep(PyList_GET_ITEM(outer, i), 2);
+            untrack_deep(PyList_GET_ITEM(outer, i), (int)depth);
     }
     Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
     {"untrack", untrack, METH_VARARGS,
-     "untrack(lists...): take the lists or tuples each list holds out of the cyclic collector"},
+     "untrack(depth, lists...): take the lists or tuples each list holds, down to depth "
+     "levels, out of the cyclic collector"},
     {"paste", paste, METH_VARARGS,
      "paste(eps, byte_edges, call_edges, edges, exit_offset): append a copy of NFA states, "
      "sharing their (relative) edge containers"},

@@ -40,8 +40,10 @@ static int paste_fresh(PyObject *outs[3], PyObject *srcs[3], int no_eps) {
     return 0;
 }
 
-/* A tuple with the items of an edge container (itself when it is one already), untracked:
- * the container copies share, which nothing may change any more. New reference. */
+/* A tuple with the items of an edge container (itself when it is one already), untracked
+ * with its edge tuples (an untracked tuple's items are untracked: untrack in _determinise.c
+ * relies on it): the container copies share, which nothing may change any more. New
+ * reference. */
 static PyObject *frozen(PyObject *container) {
     PyObject *out;
     if (PyTuple_CheckExact(container)) {
@@ -53,7 +55,11 @@ static PyObject *frozen(PyObject *container) {
         PyErr_SetString(PyExc_TypeError, "paste: edges are lists or tuples");
         return NULL;
     }
-    untrack_acyclic(out);
+    if (PyObject_GC_IsTracked(out)) {
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(out); j++)
+            untrack_acyclic(PyTuple_GET_ITEM(out, j));
+        PyObject_GC_UnTrack(out);
+    }
     return out;
 }
 

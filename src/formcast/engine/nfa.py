@@ -1000,8 +1000,9 @@ def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[s
         record.bind_liveness(live)
     if _determinise is not None and nfa.native_paste:
         # Edge lists hold ints and tuples only; see ``untrack`` in _determinise.c.
-        _determinise.untrack(nfa.eps, nfa.byte_edges, nfa.call_edges, [live],
-                             *(record.edges for record in builder.lazy_repeats))
+        _determinise.untrack(0, nfa.eps, [live])
+        _determinise.untrack(1, nfa.byte_edges, nfa.call_edges)
+        _determinise.untrack(2, *(record.edges for record in builder.lazy_repeats))
     return nfa, fragments, order, live
 
 
