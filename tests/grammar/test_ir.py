@@ -187,3 +187,24 @@ def test_a_kept_hash_does_not_travel_with_a_pickled_expression():
     copy = pickle.loads(pickle.dumps(expr))
     assert copy == expr and hash(copy) == hash(expr)
     assert copy._hash is not None and pickle.loads(pickle.dumps(expr))._hash is None
+
+
+def test_expressions_built_by_the_fast_constructors_have_every_field():
+    # ir.py replaces the dataclass __init__ of each expression class with one that sets the
+    # slots directly; a field added to a class but not to its constructor would be unset.
+    import dataclasses
+    import pickle
+
+    from formcast.grammar.ir import ByteSet, CharSet, Choice, Literal, Ref, Repeat, Seq
+
+    a = Literal(b"a")
+    built = [a, ByteSet(((0, 9),)), CharSet(((97, 122),), True), CharSet(((1, 2),)),
+             Seq((a, a)), Choice((a, Ref("r"))), Repeat(a, 1, 3), Repeat(a), Ref("r")]
+    for expr in built:
+        for f in dataclasses.fields(expr):
+            getattr(expr, f.name)  # AttributeError if the constructor left it unset
+        assert pickle.loads(pickle.dumps(expr)) == expr
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            expr.__setattr__(dataclasses.fields(expr)[0].name, None)
+    assert Repeat(item=a, max=2) == Repeat(a, 0, 2)
+    assert CharSet(ranges=((1, 2),)).negated is False
