@@ -241,6 +241,10 @@ class Accumulator:
         self.index = index
         self.legacy_refs = legacy_refs  # draft 7 and older: siblings of $ref are ignored
         self.unknown: set[str] = set()
+        # keyword -> its handler (_kw_<keyword>), bound once: add() meets hundreds of keywords.
+        # Annotations and keywords read by another one's handler ("then") have none.
+        self._handlers = {key: getattr(self, "_kw_" + key.lstrip("$"))
+                          for key in CONSTRAINTS - ANNOTATIONS - DEPENDENT}
 
     def add(self, conj: Conj, schema: Any, loc: Loc, stack: tuple[str, ...] = ()) -> None:
         if isinstance(schema, Negated):
@@ -257,16 +261,15 @@ class Accumulator:
         if self.legacy_refs and "$ref" in schema:
             self._ref(conj, schema, loc, stack)
             return
+        handlers = self._handlers
         for key, value in schema.items():
-            if key in ANNOTATIONS or key in DEPENDENT:
+            handler = handlers.get(key)
+            if handler is None:
+                if key not in CONSTRAINTS and key not in ANNOTATIONS and key not in DEPENDENT:
+                    self.unknown.add(key)
                 continue
-            if key not in CONSTRAINTS:
-                self.unknown.add(key)
-                continue
-            ptr = join_pointer(loc.pointer, key)
+            ptr = loc.pointer + "/" + key  # no keyword needs escaping in a pointer
             conj.seen.append((ptr, key))
-            handler = getattr(self, "_kw_" + key.lstrip("$"), None)
-            assert handler is not None, key
             handler(conj, value, schema, loc, ptr, stack)
 
     # -- references and composition
