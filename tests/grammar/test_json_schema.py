@@ -8,9 +8,12 @@ rule naming and sharing, recursion, the cache, and clear errors.
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from formcast.errors import (
     FormcastError,
@@ -671,3 +674,28 @@ def test_report_lists_every_compile_option() -> None:
     grammar = compile_json_schema({"type": "string"}, whitespace="compact", max_depth=3,
                                   property_order="any", formats="annotate", cache=None)
     assert grammar.report.options == asdict(options)
+
+
+def _reference_rule_base(pointer: str) -> str:
+    from formcast.grammar.json_refs import split_pointer
+
+    tokens = split_pointer(pointer)
+    if tokens and tokens[0] in ("$defs", "definitions"):
+        words = [tokens[0].lstrip("$")] + tokens[1:]
+    else:
+        words = ["root"] + tokens
+    return "-".join(re.sub(r"[^A-Za-z0-9]+", "-", w).strip("-") or "x" for w in words)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(["$defs", "definitions", "properties", "items", "0",
+                                             "a_b", "~", "/", "é", "", "x y", "anyOf"]),
+                          st.text(max_size=6)), max_size=6))
+def test_rule_names_are_the_pointer_tokens_as_words(tokens):
+    # _rule_base builds a name from its parent's (memoised); it must equal the name made
+    # from all the tokens at once.
+    from formcast.grammar.json_refs import join_pointer
+    from formcast.grammar.json_schema import _rule_base
+
+    pointer = join_pointer("", *tokens)
+    assert _rule_base(pointer) == _reference_rule_base(pointer)

@@ -81,7 +81,13 @@ from formcast.grammar.json_metacheck import certainly_valid_2020_12
 from formcast.grammar.json_negate import negate
 from formcast.grammar.json_numbers import build_number
 from formcast.grammar.json_objects import build_object
-from formcast.grammar.json_refs import Loc, SchemaIndex, join_pointer, split_pointer
+from formcast.grammar.json_refs import (
+    Loc,
+    SchemaIndex,
+    join_pointer,
+    split_pointer,
+    unescape_token,
+)
 from formcast.grammar.json_strings import (
     build_string,
     pattern_expr,
@@ -853,16 +859,22 @@ class SchemaCompiler:
 
 @lru_cache(maxsize=4096)
 def _rule_base(pointer: str) -> str:
-    """The rule name for the subschema at ``pointer``: its tokens as words."""
-    tokens = split_pointer(pointer)
-    if tokens and tokens[0] in ("$defs", "definitions"):
-        words = [tokens[0].lstrip("$")] + tokens[1:]
-    else:
-        words = ["root"] + tokens
+    """The rule name for the subschema at ``pointer``: its tokens as words, ``root-...`` (or
+    ``defs-...`` / ``definitions-...`` below those). Built from the parent pointer's name,
+    which the compile asked for first (memoised): a child costs one token, not its depth."""
+    if not pointer:
+        return "root"
+    parent, slash, token = pointer.rpartition("/")
+    if not slash:
+        split_pointer(pointer)  # raises: not a JSON pointer
+    if "~" in token:
+        token = unescape_token(token)
+    if not parent and token in ("$defs", "definitions"):
+        return token.lstrip("$")
     # Most tokens are plain words already ("properties", "items", "0"): no regex for those.
-    words = [w if w.isalnum() and w.isascii() else _NOT_WORD.sub("-", w).strip("-") or "x"
-             for w in words]
-    return "-".join(words)
+    word = token if token.isalnum() and token.isascii() else (
+        _NOT_WORD.sub("-", token).strip("-") or "x")
+    return _rule_base(parent) + "-" + word
 
 
 _NOT_WORD = re.compile(r"[^A-Za-z0-9]+")
