@@ -273,6 +273,28 @@ def test_properties_come_in_schema_order_so_reasoning_precedes_label() -> None:
     assert any("order of 'properties'" in n for n in g.report.notes)
 
 
+@pytest.mark.parametrize("required", [["c"], ["a", "c"], ["d"], ["b", "d"], []])
+@pytest.mark.parametrize("additional", [False, {"type": "integer"}])
+def test_optional_members_accept_exactly_the_valid_key_subsets(required, additional) -> None:
+    import itertools
+
+    import jsonschema
+
+    schema = {"type": "object", "properties": {k: {"type": "integer"} for k in "abcd"},
+              "required": required, "additionalProperties": additional}
+    g = compile_(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for r in range(5):
+        for keys in itertools.combinations("abcd", r):
+            for extra in ([], ["z"]):
+                value = {k: 1 for k in (*keys, *extra)}
+                assert accepts(g, value) == validator.is_valid(value), value
+    # Optional members before the first required one do not copy the rest of the object
+    # into each branch: every key is spelled once.
+    if required:
+        assert all(g.to_gbnf().count(f'"\\"{k}\\""') == 1 for k in "abcd")
+
+
 def test_property_order_any_accepts_every_permutation() -> None:
     schema = {"type": "object", "properties": {k: {"type": "integer"} for k in "abc"},
               "required": ["a", "c"], "additionalProperties": False}

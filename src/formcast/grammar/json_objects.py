@@ -280,10 +280,17 @@ def _members(c: SchemaCompiler, members: list[tuple[Expr, bool]], extra: Expr | 
                      for m, req in members[i:]]
             return seq(*items, extras(0, True))
 
+        # Some member is required: then whatever optional member comes before the first one
+        # is followed by a comma, and the members before it are each ``(m ws , ws)?`` in a
+        # row, not a choice that repeats the rest of the object in every branch.
+        first_required = next((i for i, (_, req) in enumerate(members) if req), n)
+
         def first(i: int) -> Expr:
             if i == n:
                 return extras(0, False)
             m, req = members[i]
+            if i < first_required < n:
+                return seq(opt(seq(m, ws, comma)), first(i + 1))
             present = seq(m, ws, after(i + 1))
             return present if req else choice(present, first(i + 1))
 
