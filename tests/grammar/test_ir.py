@@ -22,6 +22,7 @@ from formcast.grammar.ir import (
     chars,
     choice,
     complement_ranges,
+    factored_choice,
     iter_refs,
     lit,
     merge_ranges,
@@ -55,6 +56,33 @@ def test_choice_flattens_and_drops_duplicates_in_order() -> None:
     a, b, c = ref("a"), ref("b"), ref("c")
     assert choice(b, choice(a, b), c) == Choice((b, a, c))
     assert choice(a, a) == a
+
+
+def test_factored_choice_shares_first_items() -> None:
+    a, b, c, d = ref("a"), ref("b"), ref("c"), ref("d")
+    assert factored_choice(seq(a, b, c), seq(a, b, d), seq(c, d)) == \
+        choice(seq(a, b, choice(c, d)), seq(c, d))
+    assert factored_choice(seq(a, b), a) == seq(a, choice(b, EMPTY))
+
+
+_ATOMS = [lit("a"), lit("b"), ref("x"), opt(lit("a"))]
+_ALTS = st.lists(st.lists(st.sampled_from(range(len(_ATOMS))), max_size=4), max_size=6)
+
+
+@given(_ALTS)
+@settings(max_examples=200, deadline=None)
+def test_factored_choice_keeps_the_language(alts: list[list[int]]) -> None:
+    from itertools import product
+
+    from formcast.grammar.recognize import recognizes
+
+    exprs = [seq(*(_ATOMS[i] for i in alt)) for alt in alts]
+    rules = {"x": choice(lit("b"), lit("ab"))}
+    plain = Grammar({"root": choice(*exprs), **rules})
+    factored = Grammar({"root": factored_choice(*exprs), **rules})
+    for n in range(7):
+        for text in map(bytes, product(b"ab", repeat=n)):
+            assert recognizes(plain, text) == recognizes(factored, text), (alts, text)
 
 
 def test_repeat_normalises_and_validates_bounds() -> None:

@@ -231,6 +231,37 @@ def choice(*items: Expr) -> Expr:
     return flat[0] if len(flat) == 1 else Choice(tuple(flat))
 
 
+def factored_choice(*items: Expr) -> Expr:
+    """:func:`choice`, with alternatives that begin with the same item sharing it:
+    ``a b | a c`` becomes ``a (b | c)``, level by level. Same language; the automaton holds
+    the shared beginning once instead of once per alternative (the branches of an anyOf of
+    tool calls all begin ``{ ws "name" ws : ws``)."""
+    flat = choice(*items)
+    if type(flat) is not Choice:
+        return flat
+    groups: dict[Expr, list[Expr]] = {}  # by first item, in order of first appearance
+    for alt in flat.items:
+        groups.setdefault(alt.items[0] if type(alt) is Seq and alt.items else alt,
+                          []).append(alt)
+    if len(groups) == len(flat.items):
+        return flat
+    out = []
+    for head, alts in groups.items():
+        if len(alts) == 1:
+            out.append(alts[0])
+        else:
+            tails = [_rest(alt) for alt in alts]
+            out.append(seq(head, factored_choice(*tails)))
+    return choice(*out)
+
+
+def _rest(alt: Expr) -> Expr:
+    """What follows the first item of ``alt``."""
+    if type(alt) is not Seq or not alt.items:
+        return EMPTY
+    return alt.items[1] if len(alt.items) == 2 else Seq(alt.items[1:])
+
+
 def repeat(item: Expr, min: int = 0, max: int | None = None) -> Expr:  # noqa: A002
     """``item{min,max}``; validates the bounds."""
     if min < 0 or (max is not None and max < min):

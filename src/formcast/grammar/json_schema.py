@@ -57,6 +57,7 @@ from formcast.grammar.ir import (
     Seq,
     chars,
     choice,
+    factored_choice,
     lit,
     opt,
     repeat,
@@ -728,7 +729,7 @@ class SchemaCompiler:
         if group.kind == "if":
             return self._if_then_else(rest, group, loc)
         if group.pieces is not None:
-            return choice(*(self._with(rest, piece, loc) for piece in group.pieces))
+            return factored_choice(*(self._with(rest, piece, loc) for piece in group.pieces))
         if group.kind == "oneOf" and not self._disjoint(group.branches):
             exact = self._exactly_one(rest, group, loc)
             if exact is not None:
@@ -745,7 +746,7 @@ class SchemaCompiler:
                 branch = rest.clone()
                 self.acc.add(branch, sub, sub_loc, (sub_loc.pointer, *sorted(rest.inlined)))
                 alts.append(self.compile_conj(branch, loc))
-        return choice(*alts)
+        return factored_choice(*alts)
 
     def _with(self, rest: Conj, piece: Conj, loc: Loc) -> Expr:
         branch = rest.clone()
@@ -776,7 +777,7 @@ class SchemaCompiler:
                 for piece in combo:
                     branch.merge(piece)
                 alternatives.append(self.compile_conj(branch, loc))
-        return choice(*alternatives)
+        return factored_choice(*alternatives)
 
     def _if_then_else(self, rest: Conj, group: Group, loc: Loc) -> Expr:
         (cond, cond_loc), (then, then_loc), (other, other_loc) = group.branches
