@@ -418,3 +418,25 @@ def test_an_unknown_ir_node_is_a_grammar_error_in_both_builders(monkeypatch, pur
     grammar = Grammar({"root": Seq((Literal(b"a"), Ref("odd"))), "odd": Unknown()}, "root")
     with pytest.raises(GrammarError, match="unknown IR node"):
         build_nfa(grammar)
+
+
+@given(st.dictionaries(st.sampled_from("abcdefgh"), st.sets(st.sampled_from("abcdefghz")),
+                       max_size=8))
+def test_cyclic_components_are_exactly_the_nodes_on_cycles(graph):
+    """Which rules must stay calls rests on these components: every node on a cycle is in
+    one (with exactly the nodes it shares cycles with), and no other node is."""
+    from formcast.engine.nfa import _cyclic_sccs
+
+    def reach(node):
+        seen, todo = set(), [node]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt in graph and nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    reached = {node: reach(node) for node in graph}
+    expected = {frozenset(m for m in graph if m in reached[n] and n in reached[m])
+                for n in graph if n in reached[n]}
+    assert {frozenset(c) for c in _cyclic_sccs(graph)} == expected

@@ -431,6 +431,7 @@ def _choose_call_rules(rules: Mapping[str, Expr], start: str) -> set[str]:
 
 def _cyclic_sccs(graph: dict[str, set[str]]) -> list[set[str]]:
     """Strongly connected components that contain a cycle (Tarjan, iterative)."""
+    graph = _on_cycles_or_before(graph)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     on_stack: set[str] = set()
@@ -478,6 +479,35 @@ def _cyclic_sccs(graph: dict[str, set[str]]) -> list[set[str]]:
                 if len(comp) > 1 or node in graph[node]:
                     result.append(comp)
     return result
+
+
+def _on_cycles_or_before(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``graph`` without the nodes from which no cycle can be reached (peeled off from the
+    sinks up): most schemas' rule graphs are acyclic and then nothing is left for Tarjan,
+    whose sorting and bookkeeping in Python cost more than the peeling."""
+    out_degree = {}
+    callers: dict[str, list[str]] = {}
+    sinks = []
+    for node, out in graph.items():
+        degree = 0
+        for nxt in out:
+            if nxt in graph:
+                degree += 1
+                callers.setdefault(nxt, []).append(node)
+        out_degree[node] = degree
+        if not degree:
+            sinks.append(node)
+    if not sinks:
+        return graph
+    gone = set()
+    while sinks:
+        node = sinks.pop()
+        gone.add(node)
+        for caller in callers.get(node, ()):
+            out_degree[caller] -= 1
+            if not out_degree[caller]:
+                sinks.append(caller)
+    return {node: out for node, out in graph.items() if node not in gone}
 
 
 # ----------------------------------------------------------------------------- NFA building
