@@ -237,29 +237,45 @@ def factored_choice(*items: Expr) -> Expr:
     the shared beginning once instead of once per alternative (the branches of an anyOf of
     tool calls all begin ``{ ws "name" ws : ws``)."""
     flat = choice(*items)
-    if type(flat) is not Choice:
-        return flat
+    return _factored(flat.items) if type(flat) is Choice else flat
+
+
+def _factored(alts: tuple[Expr, ...] | list[Expr]) -> Expr:
+    """The alternatives ``alts`` (distinct) with common first items shared. Tails of distinct
+    alternatives with the same beginning are distinct, so they go into a Choice as they are
+    (hashing the tails to drop duplicates cost more than the factoring saved)."""
     groups: dict[Expr, list[Expr]] = {}  # by first item, in order of first appearance
-    for alt in flat.items:
+    for alt in alts:
         groups.setdefault(alt.items[0] if type(alt) is Seq and alt.items else alt,
                           []).append(alt)
-    if len(groups) == len(flat.items):
-        return flat
+    if len(groups) == len(alts):
+        return Choice(tuple(alts)) if len(alts) != 1 else alts[0]
     out = []
-    for head, alts in groups.items():
-        if len(alts) == 1:
-            out.append(alts[0])
+    for head, group in groups.items():
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        # The whole common beginning at once, not one item a level.
+        shared = 1
+        if all(type(a) is Seq for a in group):
+            rows = [a.items for a in group]  # type: ignore[attr-defined]
+            first, shortest = rows[0], min(len(r) for r in rows)
+            while shared < shortest and all(r[shared] == first[shared] for r in rows[1:]):
+                shared += 1
         else:
-            tails = [_rest(alt) for alt in alts]
-            out.append(seq(head, factored_choice(*tails)))
-    return choice(*out)
+            first = (head,)
+        tails = [_rest(a, shared) for a in group]
+        out.append(seq(*first[:shared], _factored(tails)))
+    return out[0] if len(out) == 1 else Choice(tuple(out))
 
 
-def _rest(alt: Expr) -> Expr:
-    """What follows the first item of ``alt``."""
-    if type(alt) is not Seq or not alt.items:
+def _rest(alt: Expr, shared: int) -> Expr:
+    """What follows the first ``shared`` items of ``alt``."""
+    if type(alt) is not Seq:
         return EMPTY
-    return alt.items[1] if len(alt.items) == 2 else Seq(alt.items[1:])
+    items = alt.items  # type: ignore[attr-defined]
+    left = len(items) - shared
+    return EMPTY if left <= 0 else items[shared] if left == 1 else Seq(items[shared:])
 
 
 def repeat(item: Expr, min: int = 0, max: int | None = None) -> Expr:  # noqa: A002
