@@ -440,3 +440,19 @@ def test_cyclic_components_are_exactly_the_nodes_on_cycles(graph):
     expected = {frozenset(m for m in graph if m in reached[n] and n in reached[m])
                 for n in graph if n in reached[n]}
     assert {frozenset(c) for c in _cyclic_sccs(graph)} == expected
+
+
+def test_copy_owners_answer_like_a_dict_filled_range_by_range():
+    """Automaton.copy_shape reads which copy each NFA state lies in; ranges are registered
+    in bulk, nested ones overlapping (an outer repetition registers its first copy after
+    the inner ones inside it), and the later registration wins, as a dict update would."""
+    from formcast.engine.nfa import CopyOwners
+
+    owners, reference = CopyOwners(), {}
+    assert not owners
+    for start, stop, value in [(5, 9, "inner"), (3, 12, "outer"), (20, 25, "copy 1"),
+                               (22, 24, "inner clone"), (25, 30, "copy 2")]:
+        owners.register(start, stop, value)
+        reference.update(dict.fromkeys(range(start, stop), value))
+    assert owners
+    assert [owners.get(x) for x in range(40)] == [reference.get(x) for x in range(40)]

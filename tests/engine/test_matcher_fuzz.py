@@ -721,6 +721,36 @@ def test_long_tokens_are_walked_again_where_a_shared_verdict_looked_too_far(maxi
     check_position(m, vocab, oracle, text)
 
 
+@pytest.mark.parametrize("maximum", [11, 14, 24])
+def test_run_followed_by_more_agrees_with_oracle_at_every_position(maximum):
+    """``<[A-Za-zé]{0,max}>!``, tokens up to 15 bytes, some ending in ``é`` or crossing
+    ``>!``: the run's slice chain repeats copy after copy (its later entries are -1), tokens
+    leave the slice at every depth, and near the maximum the long ones overflow. Every
+    position up to the maximum, midway through ``é`` included, is checked against the
+    oracle."""
+    letters = CharSet(((ord("A"), ord("Z")), (ord("a"), ord("z")), (0xE9, 0xE9)))
+    grammar = Grammar({"root": Seq((Literal(b"<"), Repeat(letters, 0, maximum),
+                                    Literal(b">!")))}, start="root")
+    e = "é".encode()
+    tokens = {b"x" * k for k in range(2, 16)} | {b"x" * k + e for k in range(0, 13)}
+    tokens |= {b"x" * k + b">" for k in range(1, 14)} | {b"x" * k + b">!" for k in range(1, 14)}
+    tokens |= {e + b"x" * k for k in range(1, 13)} | {e + b">!"}
+    singles = {bytes([b]) for b in range(256)}
+    vocab = Vocabulary.from_tokens([b"", b""] + sorted(singles) + sorted(tokens - singles),
+                                   eos_ids=[EOS], special_ids=[SPECIAL], name="folded-runs")
+    m = Matcher(grammar, vocab)
+    oracle = Oracle(grammar)
+    text = b"<"
+    assert m.accept_bytes(text)
+    check_position(m, vocab, oracle, text)
+    for step in range(maximum):
+        for part in ([e[:1], e[1:]] if step % 3 == 2 else [b"x"]):
+            assert m.accept_bytes(part)
+            text += part
+            check_position(m, vocab, oracle, text)
+    assert len(text.decode()) == maximum + 1  # the run went exactly to its maximum
+
+
 def test_counted_run_in_two_inlined_copies_of_a_rule_shares_verdicts_per_copy():
     """``text ::= "'" [a-zé]{0,12} "'"`` used twice, once before ``A`` and once before
     ``B``. Each inlined copy of ``text`` has its own lazy repetition: positions one copy

@@ -120,13 +120,13 @@ class Automaton:
 
     def _copy_shape(self, q: int) -> tuple[tuple, int] | None:
         rule, states = self._core.state(q)
-        copy_of = self._nfa.copy_of
-        if copy_of.keys().isdisjoint(states):  # most states: no copy involved
+        get = self._nfa.copy_of.get
+        infos = [get(x) for x in states]
+        if not any(infos):  # most states: no copy involved
             return None
         own: dict[object, list[tuple[int, int]]] = {}
         outside: list[int] = []
-        for x in states:
-            info = copy_of.get(x)
+        for x, info in zip(states, infos, strict=True):
             if info is None:
                 outside.append(x)
             else:
