@@ -59,6 +59,26 @@ static int cmp_int32(const void *a, const void *b) {
 }
 
 typedef struct {
+    int32_t lo, hi, t;
+} Edge;
+
+/* Vectors a state build needs, kept by the Core between builds: a build used to allocate
+ * and free seven of them (a quarter of its time went to malloc and free). */
+enum { SC_SET, SC_TARGETS, SC_SEGS, SC_SCRATCH, SC_COVER, SC_NEXT, SC_N };
+typedef struct {
+    IntVec vec[SC_N];
+    Edge *edges;
+    Py_ssize_t edge_cap;
+    int busy; /* taken by a build (a nested one, if any, makes its own) */
+} Scratch;
+
+static void scratch_free(Scratch *sc) {
+    for (int k = 0; k < SC_N; k++) free(sc->vec[k].v);
+    free(sc->edges);
+    memset(sc, 0, sizeof(*sc));
+}
+
+typedef struct {
     PyObject_HEAD
     /* the NFA, read in place */
     PyObject *eps, *byte_edges, *call_edges, *live, *lazy_exits, *call_rule;
@@ -85,6 +105,9 @@ typedef struct {
     Py_ssize_t *seg_off, *tgt_off;
     int32_t *seg_n, *tgt_n;
     IntVec segpool, tgtpool;
+    Scratch scratch;
+    IntVec closure_stack; /* closure_of's work list, kept between closures */
+    int closure_busy;
 } Core;
 
 static void free_sets(IntSet *sets, Py_ssize_t n) {
@@ -122,6 +145,8 @@ static void core_dealloc(Core *c) {
     free(c->tgt_n);
     free(c->segpool.v);
     free(c->tgtpool.v);
+    scratch_free(&c->scratch);
+    free(c->closure_stack.v);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
@@ -212,13 +237,18 @@ static int closure_of(Core *c, int32_t s, IntSet *out) {
         *out = c->closure[s];
         return 0;
     }
-    IntVec seen = {0}, stack = {0};
+    IntVec seen = {0}, local = {0}, *stack = &local;
+    if (!c->closure_busy) { /* a nested closure (none known) makes its own */
+        stack = &c->closure_stack;
+        stack->n = 0;
+        c->closure_busy = 1;
+    }
     next_gen(c);
     uint32_t gen = c->gen;
     c->mark[s] = gen;
-    if (vec_push(&seen, s) < 0 || vec_push(&stack, s) < 0) goto fail;
-    while (stack.n) {
-        int32_t x = stack.v[--stack.n];
+    if (vec_push(&seen, s) < 0 || vec_push(stack, s) < 0) goto fail;
+    while (stack->n) {
+        int32_t x = stack->v[--stack->n];
         PyObject *eps = nfa_item(c->eps, x);
         if (!eps) goto fail;
         PyObject *more = lazy_successors(c, x);
@@ -264,7 +294,7 @@ static int closure_of(Core *c, int32_t s, IntSet *out) {
                     }
                 } else {
                     c->mark[y] = gen;
-                    if (vec_push(&seen, y) < 0 || vec_push(&stack, y) < 0) {
+                    if (vec_push(&seen, y) < 0 || vec_push(stack, y) < 0) {
                         Py_DECREF(more);
                         goto fail;
                     }
@@ -273,7 +303,8 @@ static int closure_of(Core *c, int32_t s, IntSet *out) {
         }
         Py_DECREF(more);
     }
-    free(stack.v);
+    if (stack == &local) free(local.v);
+    else c->closure_busy = 0;
     qsort(seen.v, (size_t)seen.n, sizeof(int32_t), cmp_int32);
     c->closure[s].v = seen.v;
     c->closure[s].n = seen.n;
@@ -281,7 +312,8 @@ static int closure_of(Core *c, int32_t s, IntSet *out) {
     return 0;
 fail:
     free(seen.v);
-    free(stack.v);
+    if (stack == &local) free(local.v);
+    else c->closure_busy = 0;
     return -1;
 }
 
@@ -522,15 +554,18 @@ static PyObject *core_intern_start(Core *c, PyObject *args) {
     return q < 0 ? NULL : PyLong_FromLong(q);
 }
 
-typedef struct {
-    int32_t lo, hi, t;
-} Edge;
-
-/* Collect the live byte edges of the NFA states in v. */
-static int gather_edges(Core *c, const int32_t *v, Py_ssize_t n, Edge **out, Py_ssize_t *count) {
-    Py_ssize_t cap = 16, k = 0;
-    Edge *edges = malloc(sizeof(Edge) * (size_t)cap);
-    if (!edges) return PyErr_NoMemory(), -1;
+/* Collect the live byte edges of the NFA states in v, into sc's edge buffer. */
+static int gather_edges(Core *c, const int32_t *v, Py_ssize_t n, Scratch *sc,
+                        Py_ssize_t *count) {
+    Py_ssize_t cap = sc->edge_cap, k = 0;
+    Edge *edges = sc->edges;
+    if (cap < 16) {
+        cap = 16;
+        edges = realloc(edges, sizeof(Edge) * (size_t)cap);
+        if (!edges) return PyErr_NoMemory(), -1;
+        sc->edges = edges;
+        sc->edge_cap = cap;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *be = nfa_item(c->byte_edges, v[i]);
         Py_ssize_t m;
@@ -562,16 +597,15 @@ static int gather_edges(Core *c, const int32_t *v, Py_ssize_t n, Edge **out, Py_
                     PyErr_NoMemory();
                     goto fail;
                 }
-                edges = more;
+                edges = sc->edges = more;
+                sc->edge_cap = cap;
             }
             edges[k++] = edge;
         }
     }
-    *out = edges;
     *count = k;
     return 0;
 fail:
-    free(edges);
     return -1;
 }
 
@@ -581,16 +615,14 @@ typedef struct {
 } Cover;
 
 /* Build the byte row of DFA state q as its distinct targets and segments. */
-static int build_row(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n, IntVec *targets,
-                     IntVec *segs, int *has_bytes) {
-    Edge *edges = NULL;
+static int build_row(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n, Scratch *sc,
+                     int *has_bytes) {
     Py_ssize_t n_edges = 0;
-    if (gather_edges(c, v, n, &edges, &n_edges) < 0) return -1;
+    if (gather_edges(c, v, n, sc, &n_edges) < 0) return -1;
+    const Edge *edges = sc->edges;
+    IntVec *targets = &sc->vec[SC_TARGETS], *segs = &sc->vec[SC_SEGS];
     *has_bytes = n_edges > 0;
-    if (!n_edges) {
-        free(edges);
-        return 0;
-    }
+    if (!n_edges) return 0;
     int32_t end = c->ends[rule];
     /* The bounds of the edges' ranges, sorted: a state has a few edges, and scanning all
      * 257 positions for them was a quarter of building it. */
@@ -609,7 +641,8 @@ static int build_row(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n, IntV
             points[k] = ends[e];
         }
     }
-    IntVec scratch = {0}, cover = {0}, next = {0};
+    IntVec *scratch = &sc->vec[SC_SCRATCH], *cover = &sc->vec[SC_COVER], *next = &sc->vec[SC_NEXT];
+    scratch->n = 0;
     Cover covers[257];
     int n_covers = 0, rc = -1;
     int a = -1;
@@ -617,39 +650,39 @@ static int build_row(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n, IntV
         int p = points[pi];
         if (a >= 0) {
             int b = p; /* piece [a, b): the covering edges are constant on it */
-            cover.n = 0;
+            cover->n = 0;
             for (Py_ssize_t i = 0; i < n_edges; i++)
-                if (edges[i].lo <= a && a <= edges[i].hi && vec_push(&cover, edges[i].t) < 0)
+                if (edges[i].lo <= a && a <= edges[i].hi && vec_push(cover, edges[i].t) < 0)
                     goto done;
-            if (cover.n) {
-                if (union_into(c, &cover) < 0) goto done;
+            if (cover->n) {
+                if (union_into(c, cover) < 0) goto done;
                 int32_t target = -1;
                 for (int k = 0; k < n_covers && target < 0; k++)
-                    if (covers[k].n == cover.n &&
-                        memcmp(scratch.v + covers[k].off, cover.v,
-                               sizeof(int32_t) * (size_t)cover.n) == 0)
+                    if (covers[k].n == cover->n &&
+                        memcmp(scratch->v + covers[k].off, cover->v,
+                               sizeof(int32_t) * (size_t)cover->n) == 0)
                         target = covers[k].target;
                 if (target < 0) {
-                    next.n = 0;
-                    for (Py_ssize_t i = 0; i < cover.n; i++) {
+                    next->n = 0;
+                    for (Py_ssize_t i = 0; i < cover->n; i++) {
                         IntSet imp;
-                        if (important_closure(c, cover.v[i], end, &imp) < 0) goto done;
+                        if (important_closure(c, cover->v[i], end, &imp) < 0) goto done;
                         for (Py_ssize_t k = 0; k < imp.n; k++)
-                            if (vec_push(&next, imp.v[k]) < 0) goto done;
+                            if (vec_push(next, imp.v[k]) < 0) goto done;
                     }
-                    if (cover.n > 1 && union_into(c, &next) < 0) goto done;
-                    target = intern(c, rule, next.v, next.n);
+                    if (cover->n > 1 && union_into(c, next) < 0) goto done;
+                    target = intern(c, rule, next->v, next->n);
                     if (target < 0) goto done;
                     int seen = 0;
                     for (Py_ssize_t k = 0; k < targets->n && !seen; k++)
                         seen = targets->v[k] == target;
                     if (!seen && vec_push(targets, target) < 0) goto done;
-                    covers[n_covers].off = scratch.n;
-                    covers[n_covers].n = cover.n;
+                    covers[n_covers].off = scratch->n;
+                    covers[n_covers].n = cover->n;
                     covers[n_covers].target = target;
                     n_covers++;
-                    for (Py_ssize_t i = 0; i < cover.n; i++)
-                        if (vec_push(&scratch, cover.v[i]) < 0) goto done;
+                    for (Py_ssize_t i = 0; i < cover->n; i++)
+                        if (vec_push(scratch, cover->v[i]) < 0) goto done;
                 }
                 if (segs->n && segs->v[segs->n - 2] == a && segs->v[segs->n - 1] == target) {
                     segs->v[segs->n - 2] = b;
@@ -663,10 +696,6 @@ static int build_row(Core *c, int32_t rule, const int32_t *v, Py_ssize_t n, IntV
     }
     rc = 0;
 done:
-    free(edges);
-    free(scratch.v);
-    free(cover.v);
-    free(next.v);
     return rc;
 }
 
@@ -776,22 +805,28 @@ static int ensure_state(Core *c, long q) {
     if (is_built(c, q)) return 0;
     int32_t rule = c->st_rule[q];
     Py_ssize_t n = c->st_len[q];
-    /* a copy: interning new states may move the pool */
-    int32_t *v = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-    if (!v) return PyErr_NoMemory(), -1;
-    memcpy(v, c->pool + c->st_off[q], sizeof(int32_t) * (size_t)n);
-    IntVec targets = {0}, segs = {0};
+    Scratch local = {0}, *sc = &local;
+    if (!c->scratch.busy) {
+        sc = &c->scratch;
+        sc->busy = 1;
+    }
+    for (int k = 0; k < SC_N; k++) sc->vec[k].n = 0;
+    IntVec *set = &sc->vec[SC_SET], *targets = &sc->vec[SC_TARGETS], *segs = &sc->vec[SC_SEGS];
     int has_bytes = 0;
     PyObject *calls = NULL;
     int result = -1;
-    if (build_row(c, rule, v, n, &targets, &segs, &has_bytes) < 0) goto done;
+    /* a copy: interning new states may move the pool */
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (vec_push(set, c->pool[c->st_off[q] + i]) < 0) goto done;
+    const int32_t *v = set->v;
+    if (build_row(c, rule, v, n, sc, &has_bytes) < 0) goto done;
     calls = build_calls(c, rule, v, n);
     if (!calls) goto done;
     Py_ssize_t seg_at = c->segpool.n, tgt_at = c->tgtpool.n;
-    for (Py_ssize_t i = 0; i < segs.n; i++)
-        if (vec_push(&c->segpool, segs.v[i]) < 0) goto done;
-    for (Py_ssize_t i = 0; i < targets.n; i++)
-        if (vec_push(&c->tgtpool, targets.v[i]) < 0) goto done;
+    for (Py_ssize_t i = 0; i < segs->n; i++)
+        if (vec_push(&c->segpool, segs->v[i]) < 0) goto done;
+    for (Py_ssize_t i = 0; i < targets->n; i++)
+        if (vec_push(&c->tgtpool, targets->v[i]) < 0) goto done;
     if (PyList_SetItem(c->calls, q, calls) < 0) {
         calls = NULL;
         goto done;
@@ -802,13 +837,12 @@ static int ensure_state(Core *c, long q) {
     /* last: a row in the pools marks the state as built */
     c->seg_off[q] = seg_at;
     c->tgt_off[q] = tgt_at;
-    c->tgt_n[q] = (int32_t)targets.n;
-    c->seg_n[q] = (int32_t)(segs.n / 3);
+    c->tgt_n[q] = (int32_t)targets->n;
+    c->seg_n[q] = (int32_t)(segs->n / 3);
     result = 0;
 done:
-    free(v);
-    free(targets.v);
-    free(segs.v);
+    if (sc == &local) scratch_free(&local);
+    else sc->busy = 0;
     Py_XDECREF(calls);
     return result;
 }
