@@ -108,6 +108,10 @@ typedef struct {
     Scratch scratch;
     IntVec closure_stack; /* closure_of's work list, kept between closures */
     int closure_busy;
+    /* lazy_mark[x]: x is a key of lazy_exits (keys read so far: lazy_pos and lazy_seen, the
+     * dict's PyDict_Next position and size then; the dict only ever gains keys) */
+    uint8_t *lazy_mark;
+    Py_ssize_t lazy_mark_cap, lazy_pos, lazy_seen;
 } Core;
 
 static void free_sets(IntSet *sets, Py_ssize_t n) {
@@ -147,6 +151,7 @@ static void core_dealloc(Core *c) {
     free(c->tgtpool.v);
     scratch_free(&c->scratch);
     free(c->closure_stack.v);
+    free(c->lazy_mark);
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
@@ -207,8 +212,41 @@ static int is_live(Core *c, Py_ssize_t y, int *out) {
 
 /* States a lazily copied repetition continues with after exit state x (new reference, a
  * list), or Py_None when x is no such exit. Pasting a copy grows the NFA lists. */
+/* Mark the keys lazy_exits gained since the last call (a dict that only gains keys keeps
+ * their order and positions, so reading goes on from where it stopped; if it ever had
+ * fewer keys than seen, it is read again from the start). */
+static int sync_lazy_marks(Core *c) {
+    Py_ssize_t size = PyDict_GET_SIZE(c->lazy_exits);
+    if (size == c->lazy_seen) return 0;
+    if (size < c->lazy_seen) {
+        c->lazy_pos = 0;
+        if (c->lazy_mark) memset(c->lazy_mark, 0, (size_t)c->lazy_mark_cap);
+    }
+    PyObject *key, *value;
+    while (PyDict_Next(c->lazy_exits, &c->lazy_pos, &key, &value)) {
+        long x = PyLong_AsLong(key);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        if (x < 0) continue;
+        if (x >= c->lazy_mark_cap) {
+            Py_ssize_t cap = c->lazy_mark_cap ? c->lazy_mark_cap : 1024;
+            while (cap <= x) cap *= 2;
+            uint8_t *more = realloc(c->lazy_mark, (size_t)cap);
+            if (!more) return PyErr_NoMemory(), -1;
+            memset(more + c->lazy_mark_cap, 0, (size_t)(cap - c->lazy_mark_cap));
+            c->lazy_mark = more;
+            c->lazy_mark_cap = cap;
+        }
+        c->lazy_mark[x] = 1;
+    }
+    c->lazy_seen = size;
+    return 0;
+}
+
 static PyObject *lazy_successors(Core *c, int32_t x) {
     if (PyDict_GET_SIZE(c->lazy_exits) == 0) Py_RETURN_NONE;
+    /* Most states are no exit: a mark spares making an int and looking it up. */
+    if (sync_lazy_marks(c) < 0) return NULL;
+    if (x < 0 || x >= c->lazy_mark_cap || !c->lazy_mark[x]) Py_RETURN_NONE;
     PyObject *key = PyLong_FromLong(x);
     if (!key) return NULL;
     PyObject *entry = PyDict_GetItemWithError(c->lazy_exits, key);
