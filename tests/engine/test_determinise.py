@@ -456,3 +456,27 @@ def test_copy_owners_answer_like_a_dict_filled_range_by_range():
         reference.update(dict.fromkeys(range(start, stop), value))
     assert owners
     assert [owners.get(x) for x in range(40)] == [reference.get(x) for x in range(40)]
+
+
+@needs_native
+@given(st.lists(st.sampled_from(b"ab\xc3\xa9\"z"), max_size=14))
+def test_walk_bytes_steps_as_the_built_rows_do(data):
+    """``Core.walk_bytes`` makes the states on one token's path without building whole rows
+    (the long tokens of a ``maxLength`` string); it must end where stepping the built rows
+    ends. With no byte allowed to follow the frame, only a refusal stops it early."""
+    from formcast.grammar.ir import CharSet, Repeat
+
+    run = Repeat(CharSet(((ord("a"), ord("b")), (0xE9, 0xE9))), 0, 9)
+    grammar = Grammar({"root": Seq((Literal(b'"'), run, Literal(b'"z')))}, start="root")
+    token = bytes(data)
+    sparse = _automaton(grammar, native=True, limit=0)
+    full = _automaton(grammar, native=True, limit=0)
+    q = full.rule_start[0]
+    alive = True
+    for byte in token:
+        q = full.row(q)[byte]
+        if q < 0:
+            alive = False
+            break
+    start = sparse.rule_start[0]
+    assert sparse.native_core.walk_bytes(start, token, bytes(256)) == int(alive)

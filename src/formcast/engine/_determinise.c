@@ -999,6 +999,126 @@ static PyObject *core_targets(Core *c, PyObject *args) {
 }
 
 /* Python: ensure(q). */
+/* Whether DFA state q may end its rule (its NFA set holds the rule's end). */
+static int state_accepting(Core *c, long q) {
+    const int32_t *v = c->pool + c->st_off[q];
+    Py_ssize_t a = 0, b = c->st_len[q];
+    int32_t end = c->ends[c->st_rule[q]];
+    while (a < b) {
+        Py_ssize_t mid = a + (b - a) / 2;
+        if (v[mid] < end) a = mid + 1;
+        else b = mid;
+    }
+    return a < c->st_len[q] && v[a] == end;
+}
+
+/* Whether some NFA state of DFA state q has a call edge (1), not (0), or -1 on error. */
+static int state_calls(Core *c, long q) {
+    for (Py_ssize_t i = 0; i < c->st_len[q]; i++) {
+        PyObject *ce = nfa_item(c->call_edges, c->pool[c->st_off[q] + i]);
+        Py_ssize_t m;
+        PyObject **items;
+        if (!ce || items_of(ce, &items, &m, "call edges") < 0) return -1;
+        if (m) return 1;
+    }
+    return 0;
+}
+
+/* The state after byte `byte` from DFA state q (-1: refused; -2 with an exception), without
+ * building q's whole row when it is not built: the same target set build_row would make for
+ * that byte, interned alone. A long token walked through a counted repetition (80 spaces
+ * in a maxLength string) then makes one state a byte, not the nine of each position's row. */
+static int32_t step_state(Core *c, long q, int byte) {
+    if (is_built(c, q)) {
+        const int32_t *seg;
+        int32_t n_seg = built_segments(c, q, &seg);
+        for (int32_t k = 0; k < n_seg; k++)
+            if (seg[3 * k] <= byte && byte < seg[3 * k + 1]) return seg[3 * k + 2];
+        return -1;
+    }
+    Scratch local = {0}, *sc = &local;
+    if (!c->scratch.busy) {
+        sc = &c->scratch;
+        sc->busy = 1;
+    }
+    for (int k = 0; k < SC_N; k++) sc->vec[k].n = 0;
+    IntVec *set = &sc->vec[SC_SET], *cover = &sc->vec[SC_COVER], *next = &sc->vec[SC_NEXT];
+    int32_t rule = c->st_rule[q], result = -2;
+    Py_ssize_t n = c->st_len[q], n_edges = 0;
+    for (Py_ssize_t i = 0; i < n; i++) /* a copy: interning may move the pool */
+        if (vec_push(set, c->pool[c->st_off[q] + i]) < 0) goto done;
+    if (gather_edges(c, set->v, n, sc, &n_edges) < 0) goto done;
+    for (Py_ssize_t i = 0; i < n_edges; i++)
+        if (sc->edges[i].lo <= byte && byte <= sc->edges[i].hi &&
+            vec_push(cover, sc->edges[i].t) < 0)
+            goto done;
+    if (!cover->n) {
+        result = -1;
+        goto done;
+    }
+    if (union_into(c, cover) < 0) goto done;
+    for (Py_ssize_t i = 0; i < cover->n; i++) {
+        IntSet imp;
+        if (important_closure(c, cover->v[i], c->ends[rule], &imp) < 0) goto done;
+        for (Py_ssize_t k = 0; k < imp.n; k++)
+            if (vec_push(next, imp.v[k]) < 0) goto done;
+    }
+    if (cover->n > 1 && union_into(c, next) < 0) goto done;
+    result = intern(c, rule, next->v, next->n);
+    if (result < 0) result = -2;
+done:
+    if (sc == &local) scratch_free(&local);
+    else sc->busy = 0;
+    return result;
+}
+
+/* walk_bytes(q, data, follow) -> 1 when every byte of data goes on from DFA state q within
+ * its rule's frame, 0 when a byte is refused first, -1 when the frame alone cannot tell (a
+ * state on the way calls a rule, or could end its rule with a byte of follow, 256 flags,
+ * next): the trie walk decides those. States are made byte by byte (step_state). */
+static PyObject *core_walk_bytes(Core *c, PyObject *args) {
+    long q;
+    Py_buffer data, follow;
+    if (!PyArg_ParseTuple(args, "ly*y*", &q, &data, &follow)) return NULL;
+    long verdict = 1;
+    if (follow.len != 256) {
+        PyErr_SetString(PyExc_ValueError, "walk_bytes: follow holds 256 flags");
+        verdict = -2;
+        goto done;
+    }
+    const unsigned char *bytes = data.buf, *after = follow.buf;
+    for (Py_ssize_t i = 0; i < data.len; i++) {
+        if (q < 0 || q >= c->n_states) {
+            PyErr_Format(PyExc_IndexError, "walk_bytes: DFA state %ld out of range", q);
+            verdict = -2;
+            goto done;
+        }
+        int calls = state_calls(c, q);
+        if (calls < 0) {
+            verdict = -2;
+            goto done;
+        }
+        if (calls || (i > 0 && after[bytes[i]] && state_accepting(c, q))) {
+            verdict = -1;
+            goto done;
+        }
+        int32_t t = step_state(c, q, bytes[i]);
+        if (t == -2) {
+            verdict = -2;
+            goto done;
+        }
+        if (t < 0) {
+            verdict = 0;
+            goto done;
+        }
+        q = t;
+    }
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&follow);
+    return verdict == -2 ? NULL : PyLong_FromLong(verdict);
+}
+
 static PyObject *core_ensure(Core *c, PyObject *args) {
     long q;
     if (!PyArg_ParseTuple(args, "l", &q) || ensure_state(c, q) < 0) return NULL;
@@ -1571,6 +1691,9 @@ static PyMethodDef core_methods[] = {
      "intern_start(rule, start) -> id of the DFA state at the start of a rule"},
     {"ensure", (PyCFunction)core_ensure, METH_VARARGS,
      "ensure(q): build state q's transitions (a no-op when built)"},
+    {"walk_bytes", (PyCFunction)core_walk_bytes, METH_VARARGS,
+     "walk_bytes(q, data, follow) -> 1 data goes on within q's frame, 0 refused, -1 the "
+     "frame alone cannot tell (see the C)"},
     {"row", (PyCFunction)core_row, METH_VARARGS,
      "row(q) -> q's 256 targets (-1: refused), building q; kept in trans_rows[q]"},
     {"segments", (PyCFunction)core_segments, METH_VARARGS,

@@ -261,6 +261,12 @@ typedef struct {
      * is then skipped without marking each of them again. */
     const uint64_t *premarked_first;
     int32_t premarked_reach;
+    /* Set (walk's `fold` argument) when the chain's -1 entries stand for a counted repetition
+     * whose copies behave alike for every token shorter than the chain (see
+     * mask_cache._native_slice_chain): a path still on such a part of the chain stays in the
+     * chain's last built state instead of stepping into the next copy, so the states of one
+     * copy serve every depth. The caller walks the tokens as long as the chain again. */
+    int fold;
 } Walk;
 
 static PyObject *run_walk(const Walk *w);
@@ -269,9 +275,10 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *objs[N_BUFS];
     PyObject *core = Py_None, *ctx = Py_None;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOO|OO", &objs[0], &objs[1], &objs[2], &objs[3],
+    int fold = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOO|OOp", &objs[0], &objs[1], &objs[2], &objs[3],
                           &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &objs[10],
-                          &objs[11], &objs[12], &core, &ctx))
+                          &objs[11], &objs[12], &core, &ctx, &fold))
         return NULL;
     /* With a determiniser Core, states met unfilled are built here, in C (see ensure_row). */
     int fill_inline = core != Py_None;
@@ -298,7 +305,7 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         .pending_in = bufs[8].b.buf, .n_in = bufs[8].b.len / 8 / 3,
         .allowed = bufs[9].b.buf, .n_ids = 8 * bufs[9].b.len,
         .only = bufs[10].b.buf, .n_only = bufs[10].b.len / 8, .follow = bufs[11].b.buf,
-        .core = core, .ctx = ctx};
+        .core = core, .ctx = ctx, .fold = fold};
     if (bufs[3].b.len % (Py_ssize_t)sizeof(Node) || bufs[4].b.len != 32 * w.n_nodes ||
         bufs[12].b.len != 4 * w.n_nodes || bufs[0].b.len < 4 * 256 * w.n_states ||
         bufs[11].b.len != 256 || bufs[2].b.len < w.n_states) {
@@ -361,6 +368,14 @@ static PyObject *run_walk(const Walk *w) {
         return PyErr_NoMemory();
     }
     int bad = 0;
+    /* The state a folded path stays in: the last built entry before the chain's -1 part. */
+    int64_t fold_state = -1;
+    if (w->fold && use_slice)
+        for (Py_ssize_t j = 1; j < chain_len; j++)
+            if (chain[j] < 0) {
+                fold_state = chain[j - 1];
+                break;
+            }
     int32_t reached = 0; /* deepest byte the verdicts depended on */
     if (premarked_first) reached = w->premarked_reach;
 #define CHECK_ROW(r)                                                     \
@@ -444,6 +459,7 @@ static PyObject *run_walk(const Walk *w) {
              * entries are -1) every byte so far was a slice byte. */
             int on_chain = use_slice && d < chain_len && st_olen[d - 1] == 0 &&
                            (chain[d] >= 0 ? ns == chain[d] : !(child_flag & 2));
+            if (on_chain && fold_state >= 0 && chain[d] < 0) ns = (int32_t)fold_state;
             if (on_chain && maxlen[i] < chain_len) {
                 const uint64_t *below = subtree + 4 * (size_t)i;
                 if (!((below[0] & outside[0]) | (below[1] & outside[1]) |
@@ -968,7 +984,7 @@ done:
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(table, filled, finishes, nodes, subtree_bytes, ids, chain, outside_bytes, pending_in, "
-     "allowed, only_rows, follow, maxlen[, core[, context]]) -> (bytes "
+     "allowed, only_rows, follow, maxlen[, core[, context[, fold]]]) -> (bytes "
      "of int64 (node, state, flag) triples that stopped at unfilled rows, bytes of int64 ids "
      "of tokens that need the context, deepest byte looked at); allowed token ids get their bit "
      "set in allowed (bit t % 8 of byte t // 8); with a determiniser Core, one-frame states are "

@@ -162,6 +162,15 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
         chain, outside = _EMPTY_INT64, _EMPTY_UINT64
     else:
         chain, outside = _native_slice_chain(dense, base, horizon)
+    # A chain whose later part repeats copy after copy (-1 entries) lets the walk fold those
+    # copies into one (``fold`` in _trie_walk.c): exact for tokens shorter than the chain,
+    # so the few longer ones are walked again without it, byte by byte (walk_long_rows).
+    long_rows = _EMPTY_INT64
+    fold = (bool(chain.size) and not only_rows.size and base % 2 == 0 and core is not None
+            and int(chain.min()) < 0)
+    if fold:
+        long_rows = trie.rows_at_least(chain.size)
+        fold = long_rows.size <= FEW_ROWS_WITHOUT_SLICE
     allowed = np.zeros(table.packed_bytes, dtype=np.uint8)
     needs: list[bytes] = []
     pending = np.array([0, base, 0], dtype=np.int64)
@@ -170,7 +179,7 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
         raw, needing, reached = _trie_walk.walk(
             dense.table, dense.filled_bytes, dense.finishes_bytes,
             flat.nodes, flat.subtree_bytes, flat.ids, chain, outside, pending, allowed,
-            only_rows, follow, flat.maxlen, core, context)
+            only_rows, follow, flat.maxlen, core, context, fold)
         if needing:
             needs.append(needing)
         depth = max(depth, reached)
@@ -179,7 +188,61 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
         pending = np.frombuffer(raw, dtype=np.int64)
         dense.fit_numbered()  # the walk may have numbered states past the table
         dense.ensure_rows(pending[1::3])
-    return StateVerdict(allowed, np.frombuffer(b"".join(needs), dtype=np.int64), depth)
+    got = StateVerdict(allowed, np.frombuffer(b"".join(needs), dtype=np.int64), depth)
+    if fold and long_rows.size:
+        extra = walk_long_rows(dense, table, base, long_rows, follow)
+        got = replace_rows(got, extra, long_rows, int(chain.size), trie)
+    return got
+
+
+def walk_long_rows(dense: DenseStates, table: TokenTable, base: int, rows: np.ndarray,
+                   follow: np.ndarray | None) -> StateVerdict:
+    """The verdict of ``rows`` only (sorted trie rows, few and long) from the one-frame
+    parser state ``base``. Each token goes byte by byte through the C determiniser
+    (``Core.walk_bytes``), which makes only the states on its path: walked by the trie walk,
+    80 spaces through a ``maxLength`` string built each position's whole row, nine states a
+    byte. Tokens it cannot settle alone (a rule call, or a point where the frame could end)
+    go through the trie walk."""
+    auto = dense.parser.auto
+    core = auto.native_core
+    if core is None or base % 2:
+        return classify_tokens(dense, table, base, only_rows=rows, follow=follow)
+    trie = table.trie
+    follow_flags = (_ALL_BYTES if follow is None else follow.astype(np.uint8, copy=False)).tobytes()
+    q = base // 2
+    allowed_ids: list[int] = []
+    undecided: list[int] = []
+    token_bytes = table.token_bytes
+    for row, token in zip(rows.tolist(), trie.ids[rows].tolist(), strict=True):
+        verdict = core.walk_bytes(q, token_bytes[token], follow_flags)
+        if verdict > 0:
+            allowed_ids.append(token)
+        elif verdict < 0:
+            undecided.append(row)
+    if undecided:
+        got = classify_tokens(dense, table, base, only_rows=np.array(undecided, np.int64),
+                              follow=follow)
+        allowed, needs, depth = got.allowed, got.needs_context, got.depth
+    else:
+        allowed, needs, depth = np.zeros(table.packed_bytes, np.uint8), _EMPTY_INT64, 0
+    if allowed_ids:
+        set_bits(allowed, np.array(allowed_ids, np.int64), True)
+    return StateVerdict(allowed, needs, max(depth, int(trie.lens[rows].max())))
+
+
+def replace_rows(got: StateVerdict, extra: StateVerdict, rows: np.ndarray, shorter: int,
+                 trie: TokenTrie) -> StateVerdict:
+    """``got``, exact for tokens shorter than ``shorter`` bytes, with the verdict of
+    ``rows`` (every longer token) taken from ``extra``."""
+    allowed = got.allowed.copy()
+    set_bits(allowed, trie.ids[rows], False)
+    allowed |= extra.allowed
+    needs = got.needs_context
+    if needs.size:
+        needs = needs[trie.id_lens[needs] < shorter]
+    if extra.needs_context.size:
+        needs = sorted_unique(np.concatenate((needs, extra.needs_context)))
+    return StateVerdict(allowed, needs, max(got.depth, extra.depth))
 
 
 def _native_slice_chain(dense: DenseStates, base: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
@@ -482,18 +545,12 @@ class MaskCache:
         has 155 tokens over 16 bytes) are walked again from ``base``. Near the end of a
         ``maxLength: 120`` string, where the longest tokens (80 spaces) reach the maximum,
         this is a walk of a hundred tokens instead of the vocabulary."""
-        trie = self.table.trie
-        extra = classify_tokens(self.dense, self.table, base, only_rows=long_rows, follow=follow,
-                                native=self._native)
-        allowed = alike.allowed.copy()
-        set_bits(allowed, trie.ids[long_rows], False)
-        allowed |= extra.allowed  # exact for every token it reports
-        needs = alike.needs_context
-        if needs.size:
-            needs = needs[trie.id_lens[needs] < reach]
-        if extra.needs_context.size:
-            needs = sorted_unique(np.concatenate((needs, extra.needs_context)))
-        return StateVerdict(allowed, needs, max(alike.depth, extra.depth))
+        if self._native:
+            extra = walk_long_rows(self.dense, self.table, base, long_rows, follow)
+        else:
+            extra = classify_tokens(self.dense, self.table, base, only_rows=long_rows,
+                                    follow=follow, native=False)
+        return replace_rows(alike, extra, long_rows, reach, self.table.trie)
 
     def mask_for(self, state: State) -> np.ndarray:
         """The bool mask of ``state`` (read-only; shared with other matchers)."""
