@@ -38,6 +38,9 @@ except ImportError:  # pragma: no cover - depends on the build
 SLICE_MIN_BYTES = 32
 # A walk limited to at most this many tokens goes without a slice chain.
 FEW_ROWS_WITHOUT_SLICE = 512
+# Long tokens walked again are taken byte by byte (Core.walk_bytes, one call a token) when
+# they are at most this many; more go through the trie walk, which shares their prefixes.
+BYTE_WALK_ROWS = 64
 # Below this many live trie nodes holding at most SCALAR_TOKENS tokens, the walk goes on
 # token by token in Python (cheaper than numpy calls per level for a handful of tokens).
 SCALAR_NODES = 32
@@ -205,7 +208,7 @@ def walk_long_rows(dense: DenseStates, table: TokenTable, base: int, rows: np.nd
     go through the trie walk."""
     auto = dense.parser.auto
     core = auto.native_core
-    if core is None or base % 2:
+    if core is None or base % 2 or rows.size > BYTE_WALK_ROWS:
         return classify_tokens(dense, table, base, only_rows=rows, follow=follow)
     trie = table.trie
     follow_flags = (_ALL_BYTES if follow is None else follow.astype(np.uint8, copy=False)).tobytes()
