@@ -118,6 +118,23 @@ typedef struct {
     Py_ssize_t lazy_mark_cap, lazy_pos, lazy_seen;
 } Core;
 
+/* The Core's scratch vectors, emptied, or `local` (zeroed) when a build already holds them. */
+static Scratch *scratch_take(Core *c, Scratch *local) {
+    Scratch *sc = local;
+    if (!c->scratch.busy) {
+        sc = &c->scratch;
+        sc->busy = 1;
+    }
+    for (int k = 0; k < SC_N; k++) sc->vec[k].n = 0;
+    return sc;
+}
+
+/* Give back what scratch_take gave: the Core's keep their memory, a local one is freed. */
+static void scratch_give(Scratch *sc, Scratch *local) {
+    if (sc == local) scratch_free(local);
+    else sc->busy = 0;
+}
+
 static void free_sets(IntSet *sets, Py_ssize_t n) {
     if (!sets) return;
     for (Py_ssize_t i = 0; i < n; i++)
@@ -858,12 +875,7 @@ static int ensure_state(Core *c, long q) {
     if (is_built(c, q)) return 0;
     int32_t rule = c->st_rule[q];
     Py_ssize_t n = c->st_len[q];
-    Scratch local = {0}, *sc = &local;
-    if (!c->scratch.busy) {
-        sc = &c->scratch;
-        sc->busy = 1;
-    }
-    for (int k = 0; k < SC_N; k++) sc->vec[k].n = 0;
+    Scratch local = {0}, *sc = scratch_take(c, &local);
     IntVec *set = &sc->vec[SC_SET], *targets = &sc->vec[SC_TARGETS], *segs = &sc->vec[SC_SEGS];
     int has_bytes = 0;
     PyObject *calls = NULL;
@@ -894,8 +906,7 @@ static int ensure_state(Core *c, long q) {
     c->seg_n[q] = (int32_t)(segs->n / 3);
     result = 0;
 done:
-    if (sc == &local) scratch_free(&local);
-    else sc->busy = 0;
+    scratch_give(sc, &local);
     Py_XDECREF(calls);
     return result;
 }
@@ -1036,12 +1047,7 @@ static int32_t step_state(Core *c, long q, int byte) {
             if (seg[3 * k] <= byte && byte < seg[3 * k + 1]) return seg[3 * k + 2];
         return -1;
     }
-    Scratch local = {0}, *sc = &local;
-    if (!c->scratch.busy) {
-        sc = &c->scratch;
-        sc->busy = 1;
-    }
-    for (int k = 0; k < SC_N; k++) sc->vec[k].n = 0;
+    Scratch local = {0}, *sc = scratch_take(c, &local);
     IntVec *set = &sc->vec[SC_SET], *cover = &sc->vec[SC_COVER], *next = &sc->vec[SC_NEXT];
     int32_t rule = c->st_rule[q], result = -2;
     Py_ssize_t n = c->st_len[q], n_edges = 0;
@@ -1067,8 +1073,7 @@ static int32_t step_state(Core *c, long q, int byte) {
     result = intern(c, rule, next->v, next->n);
     if (result < 0) result = -2;
 done:
-    if (sc == &local) scratch_free(&local);
-    else sc->busy = 0;
+    scratch_give(sc, &local);
     return result;
 }
 
