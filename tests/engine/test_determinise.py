@@ -480,3 +480,25 @@ def test_walk_bytes_steps_as_the_built_rows_do(data):
             break
     start = sparse.rule_start[0]
     assert sparse.native_core.walk_bytes(start, token, bytes(256)) == int(alive)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_copies_made_on_demand_know_their_repetition_and_index(native):
+    """Automaton.copy_shape tells positions of a long counted run apart by copy index; a
+    copy pasted while stepping must be registered with its repetition and index (in C,
+    ``paste_copy``), or later copies would lose the verdict sharing their masks rely on."""
+    from formcast.grammar.ir import CharSet, Repeat
+
+    if native and (determinise._determinise is None or os.environ.get("FORMCAST_PURE_PYTHON")):
+        pytest.skip("the C determiniser is not built here, or switched off")
+    run = Repeat(CharSet(((ord("a"), ord("z")), (0xE9, 0xE9))), 0, 40)  # not a byte chain
+    grammar = Grammar({"root": Seq((Literal(b"<"), run, Literal(b">")))}, start="root")
+    nfa, fragments, order, live = build_nfa(grammar)
+    auto = Automaton(nfa, fragments, order, live, grammar.start, native=native)
+    q = auto.rule_start[0]
+    for byte in b"<" + b"x" * 20:
+        q = auto.row(q)[byte]
+    _, states = auto.state_key(q)
+    owners = [nfa.copy_of.get(x) for x in states]
+    assert any(o is not None and o[1] == 20 for o in owners), owners
+    assert auto.copy_shape(q) is not None

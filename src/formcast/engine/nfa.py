@@ -132,6 +132,11 @@ class CopyOwners:
         owner = self._owner
         return owner[x] if x < len(owner) else None
 
+    @property
+    def owners(self) -> list[tuple[LazyRepeat, int] | None]:
+        """The list itself, for the C paste that appends a copy's owners."""
+        return self._owner
+
     def __bool__(self) -> bool:
         return bool(self._owner)
 
@@ -362,17 +367,27 @@ class LazyRepeat:
         if got is not None:
             return got
         nfa = self.nfa
-        entry = nfa.new_state()
+        if _determinise is not None and nfa.native_paste:
+            # The copy, its owners and its liveness in one C call (a copy is made for each
+            # position a long token passes inside a maxLength string).
+            if len(nfa.eps) + len(self.edges) > MAX_NFA_STATES:
+                raise _too_large()
+            entry = _determinise.paste_copy(
+                nfa.eps, nfa.byte_edges, nfa.call_edges, self.edges, self.exit_offset,
+                nfa.copy_of.owners, (self, index),
+                self.live_list if self.live is not None else None, self.live)
+        else:
+            entry = nfa.new_state()
+            _paste_edges(nfa, self.edges, entry, self.exit_offset)
+            self._register(entry, index)
+            if self.live is not None:
+                self.live_list.extend(self.live)
         delta = entry - self.first
-        _paste_edges(nfa, self.edges, entry, self.exit_offset)
-        self._register(entry, index)
         for record, offset in self.inner:
             clone = record.shifted(delta)
             if record.parent is not None and record.parent[0] is self:
                 clone.parent = (self, index)
             nfa.lazy_exits[record.first + offset + delta] = (clone, 1)
-        if self.live is not None:
-            self.live_list.extend(self.live)
         nfa.lazy_exits[entry + self.exit_offset] = (self, index + 1)
         self._entries[index] = entry
         return entry
