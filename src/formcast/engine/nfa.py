@@ -110,8 +110,8 @@ class CopyOwners:
 
     A list indexed by state: a copy is a contiguous range of states registered at once, and
     the copies made on demand are appended at the NFA's end. (A dict took ~4 us a copy to
-    fill, half the first mask inside a ``maxLength: 80`` string.) A later registration
-    overrides an earlier one, state by state."""
+    fill, over a quarter of the first mask inside a ``maxLength: 80`` string.) A later
+    registration overrides an earlier one, state by state."""
 
     __slots__ = ("_owner",)
 
