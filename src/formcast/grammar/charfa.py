@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import wraps
 
 from formcast.grammar.cache import Memo
@@ -175,10 +175,10 @@ def _atoms(label_sets: list[Ranges]) -> tuple[list[Ranges], list[list[int]]]:
         groups.setdefault(frozenset(labels), []).append(interval)
     atoms: list[Ranges] = []
     per_label: list[list[int]] = [[] for _ in label_sets]
-    for labels, ivs in groups.items():
+    for group, ivs in groups.items():
         idx = len(atoms)
         atoms.append(merge_ranges(ivs))
-        for label in labels:
+        for label in group:
             per_label[label].append(idx)
     return atoms, per_label
 
@@ -195,10 +195,13 @@ class DFA:
     trans: tuple[tuple[int, ...], ...]
     accept: frozenset[int]
     start: int = 0
+    # automata are memo keys (see the caches below): the tables are hashed once
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+    # set on the result of minimize(): minimising again would return it unchanged
+    _minimal: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:
-        # automata are memo keys (see the caches below): hash the tables once
-        got = self.__dict__.get("_hash")
+        got = getattr(self, "_hash", None)  # unset until the first hash
         if got is None:
             got = hash((self.atoms, self.trans, self.accept, self.start))
             object.__setattr__(self, "_hash", got)
@@ -439,7 +442,7 @@ def difference(a: DFA, b: DFA) -> DFA:
 
 def minimize(d: DFA) -> DFA:
     """Trim (unreachable and dead-end states go) and merge equivalent states and atoms."""
-    if d.__dict__.get("_minimal"):
+    if getattr(d, "_minimal", False):
         return d  # minimising is idempotent: a result of this function is its own minimum
     out = _minimize(d)
     object.__setattr__(out, "_minimal", True)

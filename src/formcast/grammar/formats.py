@@ -156,7 +156,7 @@ def leap_seconds() -> Expr:
     Every alternative is plain ASCII text and the sets [0-9] and [Zz]: inside a JSON string
     each is spelled as itself, which ``json_strings.format_body`` relies on."""
     frac = opt(seq(lit("."), plus(chars([("0", "9")]))))
-    zulu = (chars("Zz"), Literal(b"+00:00"), Literal(b"-00:00"))
+    zulu: tuple[Expr, ...] = (chars("Zz"), Literal(b"+00:00"), Literal(b"-00:00"))
     alts = []
     utc_leap = 23 * 60 + 59
     for local in range(24 * 60):

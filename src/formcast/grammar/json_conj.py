@@ -11,7 +11,7 @@ compiler reports them unless an exact route (a finite ``enum``) makes them moot.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any
 
@@ -165,15 +165,16 @@ class Conj:
 
     def clone(self) -> Conj:
         out = copy.copy(self)
-        for name, value in vars(self).items():
+        for f in fields(self):
+            value = getattr(self, f.name)
             if isinstance(value, list | set):
-                setattr(out, name, copy.copy(value))
+                setattr(out, f.name, copy.copy(value))
         return out
 
     def constrains_anything(self) -> bool:
         """Whether anything beyond the raw sources was gathered."""
         blank = Conj()
-        for name, value in vars(self).items():
+        for name, value in field_items(self):
             if name in ("sources", "seen", "issues", "inlined"):
                 continue
             if value != getattr(blank, name):
@@ -188,9 +189,9 @@ class Conj:
             self.add_values(other.values)
         self.false = self.false or other.false
         if other.low is not None:
-            Accumulator._low(self, *other.low)
+            Accumulator._low(self, other.low[0], other.low[1])
         if other.high is not None:
-            Accumulator._high(self, *other.high)
+            Accumulator._high(self, other.high[0], other.high[1])
         self.min_len = max(self.min_len, other.min_len)
         self.min_items = max(self.min_items, other.min_items)
         self.min_props = max(self.min_props, other.min_props)
@@ -234,6 +235,11 @@ def _conditional(sub: Conj, *extra: str) -> bool:
     return any(kw in kinds for _, kw in sub.seen)
 
 
+def field_items(conj: Conj) -> list[tuple[str, Any]]:
+    """Each field's name and value (``vars`` would miss a compiled class's fields)."""
+    return [(f.name, getattr(conj, f.name)) for f in fields(conj)]
+
+
 class Accumulator:
     """Folds schema objects into a ``Conj`` (resolving ``$ref`` inline, with a cycle guard)."""
 
@@ -243,8 +249,10 @@ class Accumulator:
         self.unknown: set[str] = set()
         # keyword -> its handler (_kw_<keyword>), bound once: add() meets hundreds of keywords.
         # Annotations and keywords read by another one's handler ("then") have none.
-        self._handlers = {key: getattr(self, "_kw_" + key.lstrip("$"))
-                          for key in CONSTRAINTS - ANNOTATIONS - DEPENDENT}
+        self._handlers = {}
+        for key in CONSTRAINTS - ANNOTATIONS - DEPENDENT:
+            name = "_kw_" + key.lstrip("$")
+            self._handlers[key] = getattr(self, name)
 
     def add(self, conj: Conj, schema: Any, loc: Loc, stack: tuple[str, ...] = ()) -> None:
         if isinstance(schema, Negated):
@@ -300,7 +308,8 @@ class Accumulator:
         conj.issues.append((ptr, "$dynamicRef", "$dynamicRef depends on the dynamic scope at "
                                                 "validation time; not compiled"))
 
-    _kw_recursiveRef = _kw_dynamicRef
+    def _kw_recursiveRef(self, conj, value, schema, loc, ptr, stack) -> None:
+        self._kw_dynamicRef(conj, value, schema, loc, ptr, stack)
 
     def _subs(self, value: Any, loc: Loc, key: str) -> list[Sub]:
         if not isinstance(value, list) or not value:

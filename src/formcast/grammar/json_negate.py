@@ -19,6 +19,7 @@ from formcast.grammar.json_conj import (
     Negated,
     ObjectPart,
     expand_types,
+    field_items,
     json_type,
     normalize_types,
 )
@@ -45,7 +46,7 @@ def negate(c: SchemaCompiler, schema: Any, loc: Loc) -> list[Conj] | None:
     if conj.false:
         return [Conj()]
     blank = Conj()
-    for name, value in vars(conj).items():
+    for name, value in field_items(conj):
         if name == "objects" and all(_negatable_part(c, p) for p in value):
             continue
         if name not in _SIMPLE and value != getattr(blank, name):

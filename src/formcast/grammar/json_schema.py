@@ -207,7 +207,7 @@ _DRAFT_2020_12_URIS = ("https://json-schema.org/draft/2020-12/schema",
                        "https://json-schema.org/draft/2020-12/schema#")
 
 
-def _check_schema(schema: Any) -> tuple[type | None, bool]:
+def _check_schema(schema: Any) -> tuple[Any, bool]:
     """Validate the schema against its metaschema; returns the validator class (None for
     draft 2020-12, resolved when first needed: importing ``jsonschema`` costs more than most
     compiles) and whether the dialect is draft 7 or older (where siblings of ``$ref`` are
@@ -263,7 +263,7 @@ class SchemaCompiler:
         self.ws = self._whitespace()
 
     @property
-    def validator_cls(self) -> type:
+    def validator_cls(self) -> Any:
         """The ``jsonschema`` validator class of the schema's dialect."""
         if self._validator_cls is None:
             from jsonschema import Draft202012Validator
@@ -704,8 +704,9 @@ class SchemaCompiler:
             registry = registry.crawl()
             checker = FormatChecker() if self.options.formats == "assert" else None
             wrapper = {"$ref": f"{self.index.root_base}#{quote(pointer, safe='/~')}"}
-            got = self._validators[pointer] = self.validator_cls(
-                wrapper, registry=registry, format_checker=checker)
+            validator_cls = self.validator_cls
+            got = validator_cls(wrapper, registry=registry, format_checker=checker)
+            self._validators[pointer] = got
         return got
 
     def _distribute(self, conj: Conj, loc: Loc) -> Expr:

@@ -173,11 +173,11 @@ def string_constraints(c: SchemaCompiler, conj: Conj) -> list[Constraint]:
                 c.note(f"format {name!r} is not a JSON Schema format; treated as an "
                        "annotation")
     for pattern, ptr in conj.patterns:
-        expr = pattern_expr(pattern, ptr)
-        if isinstance(expr, str):
-            c.report(ptr, "pattern", f"pattern {pattern!r} is not compiled: {expr}")
+        compiled = pattern_expr(pattern, ptr)
+        if isinstance(compiled, str):
+            c.report(ptr, "pattern", f"pattern {pattern!r} is not compiled: {compiled}")
         else:
-            cons.append(Constraint(expr, [(ptr, "pattern")]))
+            cons.append(Constraint(compiled, [(ptr, "pattern")]))
     if conj.min_len or conj.max_len is not None:
         sources = [(p, p.rsplit("/", 1)[1]) for p in conj.length_ptrs] or [("", "maxLength")]
         if conj.max_len is not None and conj.max_len < conj.min_len:

@@ -117,18 +117,18 @@ class _Builder:
                 for byte_ranges in utf8_byte_sequences(lo, hi):
                     self.prods.append((nt, tuple(self.terminal([r]) for r in byte_ranges)))
         elif isinstance(expr, Repeat):
-            item = self.symbols(expr.item)
-            required = item * expr.min
+            once = self.symbols(expr.item)
+            required = once * expr.min
             if expr.max is None:  # tail -> tail item | ε   (left recursion suits Earley)
                 tail = self.nonterminal()
-                self.prods.append((tail, (tail, *item)))
+                self.prods.append((tail, (tail, *once)))
                 self.prods.append((tail, ()))
                 self.prods.append((nt, (*required, tail)))
             else:  # opt_k -> item opt_{k-1} | ε
                 rest: tuple[int, ...] = ()
                 for _ in range(expr.max - expr.min):
                     opt = self.nonterminal()
-                    self.prods.append((opt, (*item, *rest)))
+                    self.prods.append((opt, (*once, *rest)))
                     self.prods.append((opt, ()))
                     rest = (opt,)
                 self.prods.append((nt, (*required, *rest)))

@@ -339,7 +339,7 @@ class _Parser:
         return lit(chr(code))
 
     def _surrogate_pair_class(self, high: int, start: int) -> Expr:
-        """``\uD83D[\uDE00-\uDE4F]``: a UTF-16 spelling of an astral range, as JavaScript
+        r"""``\uD83D[\uDE00-\uDE4F]``: a UTF-16 spelling of an astral range, as JavaScript
         reads it. Any other lone surrogate cannot occur in UTF-8 text."""
         class_at = self.pos
         if 0xD800 <= high <= 0xDBFF and self._peek() == "[":
