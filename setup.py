@@ -12,6 +12,7 @@
 """
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -48,8 +49,12 @@ def compiled_front_end() -> list[Extension]:
         return []
     modules = sorted(str(p) for p in Path("src/formcast/grammar").glob("*.py")
                      if p.name not in NOT_COMPILED)
-    # separate=True: one extension per module, built in parallel (build_ext below).
-    extensions = mypycify(modules, separate=True, opt_level="3")
+    # separate=True: one extension per module, built in parallel (build_ext below). It makes
+    # mypyc run mypy incrementally, and a cache left by an earlier build can give modules
+    # that disagree (a missing export): each build starts from an empty cache of its own.
+    cache = Path("build") / "mypyc-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    extensions = mypycify(["--cache-dir", str(cache), *modules], separate=True, opt_level="3")
     for extension in extensions:
         extension.optional = True
     return extensions

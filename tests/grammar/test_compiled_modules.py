@@ -72,6 +72,16 @@ def test_an_extension_older_than_its_source_is_refused(tmp_path: Path) -> None:
         _refuse_stale_extensions(tmp_path)
 
 
+def test_a_rebuild_that_kept_the_shim_is_not_stale(tmp_path: Path) -> None:
+    _touch(tmp_path / f"json_schema{SUFFIX}", 1_000_000)  # the shim, unchanged by the rebuild
+    _touch(tmp_path / "json_schema.py", 1_000_000 + 60)
+    _touch(tmp_path / f"json_schema__mypyc{SUFFIX}", 1_000_000 + 120)
+    _refuse_stale_extensions(tmp_path)
+    _touch(tmp_path / "json_schema.py", 1_000_000 + 180)  # edited after that rebuild
+    with pytest.raises(ImportError, match="changed after it was compiled"):
+        _refuse_stale_extensions(tmp_path)
+
+
 def test_an_extension_written_with_its_source_is_imported(tmp_path: Path) -> None:
     _touch(tmp_path / "json_schema.py", 1_000_000)
     _touch(tmp_path / f"json_schema{SUFFIX}", 1_000_000 + 60)

@@ -36,9 +36,15 @@ class _SourceFirst:
 def _refuse_stale_extensions(directory: Path) -> None:
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         for extension in directory.glob("*" + suffix):
-            source = directory / (extension.name[: -len(suffix)] + ".py")
-            if (source.is_file() and source.stat().st_mtime
-                    > extension.stat().st_mtime + _INSTALL_SLACK_SECONDS):
+            stem = extension.name[: -len(suffix)]
+            source = directory / (stem + ".py")
+            if not source.is_file():
+                continue
+            # mypyc's code is in ``x__mypyc``; ``x`` is a shim a rebuild may leave as it was.
+            code = directory / (stem + "__mypyc" + suffix)
+            built = max(extension.stat().st_mtime,
+                        code.stat().st_mtime if code.is_file() else 0.0)
+            if source.stat().st_mtime > built + _INSTALL_SLACK_SECONDS:
                 raise ImportError(
                     f"{source} changed after it was compiled to {extension.name}: reinstall "
                     "formcast (make install, or pip install -e .) to compile it again, or set "

@@ -165,10 +165,9 @@ class Conj:
 
     def clone(self) -> Conj:
         out = copy.copy(self)
-        for f in fields(self):
-            value = getattr(self, f.name)
+        for name, value in field_items(self):
             if isinstance(value, list | set):
-                setattr(out, f.name, copy.copy(value))
+                setattr(out, name, copy.copy(value))
         return out
 
     def constrains_anything(self) -> bool:
@@ -249,10 +248,8 @@ class Accumulator:
         self.unknown: set[str] = set()
         # keyword -> its handler (_kw_<keyword>), bound once: add() meets hundreds of keywords.
         # Annotations and keywords read by another one's handler ("then") have none.
-        self._handlers = {}
-        for key in CONSTRAINTS - ANNOTATIONS - DEPENDENT:
-            name = "_kw_" + key.lstrip("$")
-            self._handlers[key] = getattr(self, name)
+        self._handlers = {key: getattr(self, "_kw_" + key.lstrip("$"))
+                          for key in CONSTRAINTS - ANNOTATIONS - DEPENDENT}
 
     def add(self, conj: Conj, schema: Any, loc: Loc, stack: tuple[str, ...] = ()) -> None:
         if isinstance(schema, Negated):
@@ -309,6 +306,7 @@ class Accumulator:
                                                 "validation time; not compiled"))
 
     def _kw_recursiveRef(self, conj, value, schema, loc, ptr, stack) -> None:
+        # (a method, not an alias of _kw_dynamicRef: mypyc compiles no aliased methods)
         self._kw_dynamicRef(conj, value, schema, loc, ptr, stack)
 
     def _subs(self, value: Any, loc: Loc, key: str) -> list[Sub]:
