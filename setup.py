@@ -49,9 +49,10 @@ def compiled_front_end() -> list[Extension]:
         return []
     modules = sorted(str(p) for p in Path("src/formcast/grammar").glob("*.py")
                      if p.name not in NOT_COMPILED)
-    # separate=True: one extension per module, built in parallel (build_ext below). It makes
-    # mypyc run mypy incrementally, and a cache left by an earlier build can give modules
-    # that disagree (a missing export): each build starts from an empty cache of its own.
+    # separate=True: one extension per module (gcc can build them in parallel; most of the
+    # time is mypycify's own). It makes mypyc run mypy incrementally, and a cache left by an
+    # earlier build can give modules that disagree (a missing export): each build starts
+    # from an empty cache of its own.
     cache = Path("build") / "mypyc-cache"
     shutil.rmtree(cache, ignore_errors=True)
     extensions = mypycify(["--cache-dir", str(cache), *modules], separate=True, opt_level="3")
