@@ -704,6 +704,8 @@ class SchemaCompiler:
             registry = registry.crawl()
             checker = FormatChecker() if self.options.formats == "assert" else None
             wrapper = {"$ref": f"{self.index.root_base}#{quote(pointer, safe='/~')}"}
+            # Two statements: mypyc compiled ``got = store[k] = self.validator_cls(...)`` so
+            # that the class itself was stored, never called.
             validator_cls = self.validator_cls
             got = validator_cls(wrapper, registry=registry, format_checker=checker)
             self._validators[pointer] = got
