@@ -431,9 +431,9 @@ def _separated_loop(items: tuple[Expr, ...]) -> tuple[int, int] | None:
     return None
 
 
-def _refs_in(body: Expr) -> Iterable[str]:
-    """The rule names ``body`` refers to, each as often as it does."""
-    if _nfa_build is not None and native_paste_enabled():
+def _refs_in(body: Expr, native: bool) -> Iterable[str]:
+    """The rule names ``body`` refers to, each as often as it does (``native``: in C)."""
+    if native:
         return _nfa_build.ref_names(body)
     return iter_refs(body)
 
@@ -461,7 +461,8 @@ def _reference_counts(rules: Mapping[str, Expr]) -> dict[str, int]:
 
 def _choose_call_rules(rules: Mapping[str, Expr], start: str) -> set[str]:
     """Pick rules to keep as calls so that the remaining reference graph has no cycles."""
-    graph = {name: set(_refs_in(body)) for name, body in rules.items()}
+    native = _nfa_build is not None and native_paste_enabled()
+    graph = {name: set(_refs_in(body, native)) for name, body in rules.items()}
     calls = {start}
     while True:
         sccs = _cyclic_sccs({n: {m for m in out if m not in calls} for n, out in graph.items()

@@ -137,7 +137,7 @@ class _Parser:
             raise GBNFSyntaxError(
                 f"the grammar has no {start!r} rule, which is where generation starts"
                 + (f" (rules defined: {', '.join(sorted(self.rules))})" if self.rules else ""))
-        return Grammar(self.rules, start)
+        return Grammar(self.rules, start, _refs_checked=True)
 
     def rule(self) -> None:
         at = self.pos

@@ -448,14 +448,19 @@ class Grammar:
 
     def __init__(self, rules: Mapping[str, Expr], start: str = "root", *,
                  report: CompileReport | None = None,
-                 readable: ReadableRules | None = None, fingerprint: str | None = None
-                 ) -> None:
+                 readable: ReadableRules | None = None, fingerprint: str | None = None,
+                 _refs_checked: bool = False) -> None:
+        # ``_refs_checked``: a front end that checked every reference itself (GBNF names the
+        # line of an undefined one; the JSON Schema compiler defines each rule it refers to)
+        # skips the walk over every node of every rule.
         frozen = dict(rules)
         if start not in frozen:
             raise GrammarError(f"start rule {start!r} is not defined")
         for name, body in frozen.items():
             if not isinstance(body, Expr):
                 raise GrammarError(f"rule {name!r} is not an IR expression: {body!r}")
+            if _refs_checked:
+                continue
             for missing in _undefined_refs(body, frozen):
                 raise GrammarError(f"rule {name!r} refers to undefined rule {missing!r}")
         object.__setattr__(self, "_rules", MappingProxyType(frozen))

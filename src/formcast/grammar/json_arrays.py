@@ -73,24 +73,32 @@ def build_array(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
     if hi is not None and hi < lo:
         return NOTHING
     ws = c.ws
-    comma = seq(lit(","), ws)
+    return seq(lit("["), ws, _items(positions, rest, lo, hi, seq(lit(","), ws), ws), lit("]"))
 
-    def tail(i: int) -> Expr:
-        if hi is not None and i >= hi:
-            return EMPTY if i >= lo else NOTHING
-        if i >= len(positions):
-            lo_r = max(0, lo - i)
-            hi_r = None if hi is None else hi - i
-            more = seq(comma, rest, ws)
-            if i > 0:
-                return repeat(more, lo_r, hi_r)
+
+def _items(positions: list[Expr], rest: Expr, lo: int, hi: int | None, comma: Expr,
+           ws: Expr) -> Expr:
+    """What goes between ``[ ws`` and ``]``: the positional items in turn, each one past
+    ``lo`` optional (with all that follows it), then ``rest`` repeated. Built from the end
+    (a loop, not a recursive closure: a closure that calls itself is a reference cycle
+    that outlives the compile)."""
+    stop = len(positions) if hi is None else min(len(positions), hi)
+    if hi is not None and stop >= hi:
+        out = EMPTY if stop >= lo else NOTHING
+    else:
+        lo_r = max(0, lo - stop)
+        hi_r = None if hi is None else hi - stop
+        more = seq(comma, rest, ws)
+        if stop > 0:
+            out = repeat(more, lo_r, hi_r)
+        else:
             body = seq(rest, ws, repeat(more, max(lo_r - 1, 0),
                                         None if hi_r is None else hi_r - 1))
-            return body if lo_r > 0 else opt(body)
-        item = seq(comma if i > 0 else EMPTY, positions[i], ws, tail(i + 1))
-        return item if i < lo else opt(item)
-
-    return seq(lit("["), ws, tail(0), lit("]"))
+            out = body if lo_r > 0 else opt(body)
+    for i in range(stop - 1, -1, -1):
+        item = seq(comma if i > 0 else EMPTY, positions[i], ws, out)
+        out = item if i < lo else opt(item)
+    return out
 
 
 def _distinct_items(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr | None:

@@ -11,6 +11,7 @@ compiler reports them unless an exact route (a finite ``enum``) makes them moot.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any
@@ -246,10 +247,6 @@ class Accumulator:
         self.index = index
         self.legacy_refs = legacy_refs  # draft 7 and older: siblings of $ref are ignored
         self.unknown: set[str] = set()
-        # keyword -> its handler (_kw_<keyword>), bound once: add() meets hundreds of keywords.
-        # Annotations and keywords read by another one's handler ("then") have none.
-        self._handlers = {key: getattr(self, "_kw_" + key.lstrip("$"))
-                          for key in CONSTRAINTS - ANNOTATIONS - DEPENDENT}
 
     def add(self, conj: Conj, schema: Any, loc: Loc, stack: tuple[str, ...] = ()) -> None:
         if isinstance(schema, Negated):
@@ -266,7 +263,7 @@ class Accumulator:
         if self.legacy_refs and "$ref" in schema:
             self._ref(conj, schema, loc, stack)
             return
-        handlers = self._handlers
+        handlers = _HANDLERS
         for key, value in schema.items():
             handler = handlers.get(key)
             if handler is None:
@@ -275,7 +272,7 @@ class Accumulator:
                 continue
             ptr = loc.pointer + "/" + key  # no keyword needs escaping in a pointer
             conj.seen.append((ptr, key))
-            handler(conj, value, schema, loc, ptr, stack)
+            handler(self, conj, value, schema, loc, ptr, stack)
 
     # -- references and composition
 
@@ -577,3 +574,12 @@ class Accumulator:
                 pats.append((pat, (True, loc)))
         conj.objects.append(ObjectPart(props, pats, (value, self.index.child(
             loc, value, "unevaluatedProperties")), loc))
+
+
+# keyword -> its handler (Accumulator._kw_<keyword>), looked up once: add() meets hundreds of
+# keywords. Unbound, so an Accumulator holds no bound methods of itself (that cycle kept
+# every compile's schema index alive until the cyclic collector ran). Annotations and
+# keywords read by another one's handler ("then") have none.
+_HANDLERS: dict[str, Callable[..., None]] = {
+    key: getattr(Accumulator, "_kw_" + key.lstrip("$"))
+    for key in CONSTRAINTS - ANNOTATIONS - DEPENDENT}

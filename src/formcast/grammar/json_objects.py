@@ -249,6 +249,50 @@ def _names_dfa(names: tuple[str, ...]) -> charfa.DFA:
 # ----------------------------------------------------------------------------- member lists
 
 
+def _extras(extra: Expr | None, comma: Expr, ws: Expr, min_p: int, max_p: int | None,
+            k: int, started: bool) -> Expr:
+    """The members beyond the listed ones (``extra`` each), ``k`` members already written
+    (``started``: at least one, so each extra one begins with a comma)."""
+    lo = max(0, min_p - k)
+    hi = None if max_p is None else max_p - k
+    if hi is not None and hi < lo:
+        return NOTHING
+    if extra is None or hi == 0:
+        return EMPTY if lo == 0 else NOTHING
+    more = seq(comma, extra, ws)
+    if started:
+        return repeat(more, lo, hi)
+    body = seq(extra, ws, repeat(more, max(lo - 1, 0), None if hi is None else hi - 1))
+    return body if lo > 0 else opt(body)
+
+
+def _members_in_order(members: list[tuple[Expr, bool]], extra: Expr | None, comma: Expr,
+                      ws: Expr) -> Expr:
+    """``_members`` in the common case, which needs no counting: a readable nesting,
+    quadratic at worst. Loops, not closures: compiled, a nested function is a reference
+    cycle that outlives the compile."""
+    n = len(members)
+    # Some member is required: then whatever optional member comes before the first one
+    # is followed by a comma, and the members before it are each ``(m ws , ws)?`` in a
+    # row, not a choice that repeats the rest of the object in every branch.
+    first_required = next((i for i, (_, req) in enumerate(members) if req), n)
+    tails: list[Expr] = [EMPTY] * (n + 1)  # tails[i]: the members from i on, each after a comma
+    tails[n] = _extras(extra, comma, ws, 0, None, 0, True)
+    for i in range(n - 1, first_required if first_required < n else 0, -1):
+        m, req = members[i]
+        item = seq(comma, m, ws)
+        tails[i] = seq(item if req else opt(item), tails[i + 1])
+    if first_required < n:
+        out = seq(members[first_required][0], ws, tails[first_required + 1])
+        for i in range(first_required - 1, -1, -1):
+            out = seq(opt(seq(members[i][0], ws, comma)), out)
+        return out
+    out = _extras(extra, comma, ws, 0, None, 0, False)
+    for i in range(n - 1, -1, -1):
+        out = choice(seq(members[i][0], ws, tails[i + 1]), out)
+    return out
+
+
 def _members(c: SchemaCompiler, members: list[tuple[Expr, bool]], extra: Expr | None,
              min_p: int, max_p: int | None, any_order: bool, prefix: str,
              deps: dict[int, frozenset[int]] | None = None) -> Expr:
@@ -258,49 +302,15 @@ def _members(c: SchemaCompiler, members: list[tuple[Expr, bool]], extra: Expr | 
     deps = {i: d for i, d in (deps or {}).items() if d}
     ws = c.ws
     comma = seq(lit(","), ws)
+    if not any_order and min_p == 0 and max_p is None and not deps:
+        return _members_in_order(members, extra, comma, ws)
     n = len(members)
 
     def extras(k: int, started: bool) -> Expr:
-        lo = max(0, min_p - k)
-        hi = None if max_p is None else max_p - k
-        if hi is not None and hi < lo:
-            return NOTHING
-        if extra is None or hi == 0:
-            return EMPTY if lo == 0 else NOTHING
-        more = seq(comma, extra, ws)
-        if started:
-            return repeat(more, lo, hi)
-        body = seq(extra, ws, repeat(more, max(lo - 1, 0), None if hi is None else hi - 1))
-        return body if lo > 0 else opt(body)
-
-    if not any_order and min_p == 0 and max_p is None and not deps:
-        # The common case needs no counting: a readable nesting, quadratic at worst.
-        def after(i: int) -> Expr:
-            items = [seq(comma, m, ws) if req else opt(seq(comma, m, ws))
-                     for m, req in members[i:]]
-            return seq(*items, extras(0, True))
-
-        # Some member is required: then whatever optional member comes before the first one
-        # is followed by a comma, and the members before it are each ``(m ws , ws)?`` in a
-        # row, not a choice that repeats the rest of the object in every branch.
-        first_required = next((i for i, (_, req) in enumerate(members) if req), n)
-
-        def first(i: int) -> Expr:
-            if i == n:
-                return extras(0, False)
-            m, req = members[i]
-            if i < first_required < n:
-                return seq(opt(seq(m, ws, comma)), first(i + 1))
-            present = seq(m, ws, after(i + 1))
-            return present if req else choice(present, first(i + 1))
-
-        return first(0)
+        return _extras(extra, comma, ws, min_p, max_p, k, started)
 
     cap = max(min_p, max_p or 0)
     required = frozenset(i for i, (_, req) in enumerate(members) if req)
-
-    def sep(started: bool) -> Expr:
-        return comma if started else EMPTY
 
     if any_order:
         def moves(state: Hashable) -> list[tuple[Expr, Hashable | None]]:
@@ -309,7 +319,7 @@ def _members(c: SchemaCompiler, members: list[tuple[Expr, bool]], extra: Expr | 
             k = len(done)
             for j, (m, _) in enumerate(members):
                 if j not in done and (max_p is None or k < max_p):
-                    out.append((seq(sep(started), m, ws), (done | {j}, True)))
+                    out.append((seq(comma if started else EMPTY, m, ws), (done | {j}, True)))
             if required <= done and all(deps[j] <= done for j in done if j in deps):
                 out.append((extras(k, started), None))
             return out
@@ -328,7 +338,7 @@ def _members(c: SchemaCompiler, members: list[tuple[Expr, bool]], extra: Expr | 
             needs = deps.get(i, frozenset())
             if (max_p is None or k < max_p) and all(j in present for j in needs if j < i):
                 now = present | {i} if i in relevant else present
-                out.append((seq(sep(started), m, ws),
+                out.append((seq(comma if started else EMPTY, m, ws),
                             (i + 1, min(k + 1, cap), True, now,
                              (owed - {i}) | frozenset(j for j in needs if j > i))))
             if not req and i not in owed:

@@ -113,6 +113,10 @@ from formcast.grammar.report import CompileReport, Unenforced
 
 COMPILER_VERSION = "1.0"
 FLEXIBLE_INDENT = 20
+# Built once: every schema compile with the default whitespace uses this body.
+FLEXIBLE_WS: Expr = seq(opt(choice(lit("\n"), lit("\r\n"))), repeat(chars(" \t"), 0, FLEXIBLE_INDENT))
+# One JSON string character of a constrained string, its \u escapes in the rule named below.
+CHAR_BODY: Expr = char_forms(ANY_CODEPOINT, Ref("unicode-escape"))
 MAX_BRANCH_PRODUCT = 256
 
 __all__ = ["compile_json_schema", "CompileOptions", "COMPILER_VERSION", "load_schema_text",
@@ -328,7 +332,8 @@ class SchemaCompiler:
         if name == "integer":
             return GENERIC_INTEGER
         if name == "char":
-            return char_forms(ANY_CODEPOINT, self.prim("unicode-escape"))
+            self.prim("unicode-escape")
+            return CHAR_BODY
         if name == "unicode-escape":
             return U_ALL
         if name == "value":
@@ -410,7 +415,7 @@ class SchemaCompiler:
         if mode == "compact":
             return EMPTY
         if mode == "flexible":
-            body = seq(opt(choice(lit("\n"), lit("\r\n"))), repeat(chars(" \t"), 0, FLEXIBLE_INDENT))
+            body = FLEXIBLE_WS
             self.note(f"whitespace between tokens is bounded: at most one newline and "
                       f"{FLEXIBLE_INDENT} spaces or tabs")
         else:
@@ -511,7 +516,7 @@ class SchemaCompiler:
         named = repr((self.digest, COMPILER_VERSION, sorted(self.options.as_dict().items())))
         fingerprint = "s" + hashlib.sha256(named.encode()).hexdigest()[:31]
         return Grammar(self.rules, "root", report=report, readable=readable,
-                       fingerprint=fingerprint)
+                       fingerprint=fingerprint, _refs_checked=True)
 
     def compile_node(self, schema: Any, loc: Loc) -> Expr:
         """The grammar of one subschema."""

@@ -54,34 +54,43 @@ def json_spelled(expr: Expr, label: Callable[[tuple[tuple[int, int], ...]], Expr
     """Map a character-level expression to the JSON string text that spells its strings;
     ``label`` spells one character of a set (``json_text.char_forms``). ``memo`` (node id ->
     (node, spelling)) may be shared by calls with the same ``label`` over long-lived nodes."""
-    memo = {} if memo is None else memo
+    return _Speller(label, {} if memo is None else memo).walk(expr)
 
-    def walk(e: Expr) -> Expr:
-        got = memo.get(id(e))
+
+class _Speller:
+    """The walk of ``json_spelled`` (a class, not a closure calling itself: compiled, such a
+    closure is a reference cycle that would keep ``label``'s compiler alive after it)."""
+
+    def __init__(self, label: Callable[[tuple[tuple[int, int], ...]], Expr],
+                 memo: dict[int, tuple[Expr, Expr]]) -> None:
+        self.label = label
+        self.memo = memo
+
+    def walk(self, e: Expr) -> Expr:
+        got = self.memo.get(id(e))
         if got is not None:
             return got[1]
         kind = type(e)
+        out: Expr
         if kind is Literal:
-            text = e.data.decode("utf-8")
+            text = e.data.decode("utf-8")  # type: ignore[attr-defined]
             out = e if is_plain(text) else string_content(text)
         elif kind is Seq:
-            out = seq(*[walk(x) for x in e.items])
+            out = seq(*[self.walk(x) for x in e.items])  # type: ignore[attr-defined]
         elif kind is Choice:
-            out = union([walk(x) for x in e.items])
+            out = union([self.walk(x) for x in e.items])  # type: ignore[attr-defined]
         elif kind is CharSet:
-            out = label(e.codepoint_ranges())
+            out = self.label(e.codepoint_ranges())  # type: ignore[attr-defined]
         elif kind is Repeat:
-            out = repeat(walk(e.item), e.min, e.max)
+            out = repeat(self.walk(e.item), e.min, e.max)  # type: ignore[attr-defined]
         elif kind is ByteSet:
-            if any(hi > 0x7F for _, hi in e.ranges):
+            if any(hi > 0x7F for _, hi in e.ranges):  # type: ignore[attr-defined]
                 raise charfa.NotCharacterLevel("byte sets beyond ASCII")
-            out = label(merge_ranges(e.ranges))
+            out = self.label(merge_ranges(e.ranges))  # type: ignore[attr-defined]
         else:
             raise charfa.NotCharacterLevel(f"cannot spell {e!r} as JSON string text")
-        memo[id(e)] = (e, out)
+        self.memo[id(e)] = (e, out)
         return out
-
-    return walk(expr)
 
 
 @dataclass
