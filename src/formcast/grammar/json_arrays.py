@@ -124,21 +124,28 @@ def _distinct_items(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr | None:
     if hi < lo:
         return NOTHING
     ws = c.ws
-    comma = seq(lit(","), ws)
-
-    def moves(used: Hashable) -> list[tuple[Expr, Hashable | None]]:
-        assert isinstance(used, frozenset)
-        out: list[tuple[Expr, Hashable | None]] = []
-        if len(used) >= lo:
-            out.append((EMPTY, None))
-        if len(used) < hi:
-            for i, text in enumerate(spelled):
-                if i not in used:
-                    out.append((seq(comma if used else EMPTY, text, ws), used | {i}))
-        return out
-
+    moves = _DistinctMoves(spelled, lo, hi, seq(lit(","), ws), ws)
     body = emit_graph(c, frozenset(), moves, c.rule_base(loc) + "-u")
     return seq(lit("["), ws, body, lit("]"))
+
+
+class _DistinctMoves:
+    """Distinct items drawn from ``spelled``: a state is the set of those written (a class,
+    not a closure: compiled, a nested function is a reference cycle with its environment)."""
+
+    def __init__(self, spelled: list[Expr], lo: int, hi: int, comma: Expr, ws: Expr) -> None:
+        self.spelled, self.lo, self.hi, self.comma, self.ws = spelled, lo, hi, comma, ws
+
+    def __call__(self, used: Hashable) -> list[tuple[Expr, Hashable | None]]:
+        assert isinstance(used, frozenset)
+        out: list[tuple[Expr, Hashable | None]] = []
+        if len(used) >= self.lo:
+            out.append((EMPTY, None))
+        if len(used) < self.hi:
+            for i, text in enumerate(self.spelled):
+                if i not in used:
+                    out.append((seq(self.comma if used else EMPTY, text, self.ws), used | {i}))
+        return out
 
 
 def _contains(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr | None:

@@ -304,54 +304,80 @@ def _members(c: SchemaCompiler, members: list[tuple[Expr, bool]], extra: Expr | 
     comma = seq(lit(","), ws)
     if not any_order and min_p == 0 and max_p is None and not deps:
         return _members_in_order(members, extra, comma, ws)
-    n = len(members)
-
-    def extras(k: int, started: bool) -> Expr:
-        return _extras(extra, comma, ws, min_p, max_p, k, started)
-
-    cap = max(min_p, max_p or 0)
-    required = frozenset(i for i, (_, req) in enumerate(members) if req)
-
+    moves: Callable[[Hashable], list[tuple[Expr, Hashable | None]]]
     if any_order:
-        def moves(state: Hashable) -> list[tuple[Expr, Hashable | None]]:
-            done, started = state  # type: ignore[misc]
-            out: list[tuple[Expr, Hashable | None]] = []
-            k = len(done)
-            for j, (m, _) in enumerate(members):
-                if j not in done and (max_p is None or k < max_p):
-                    out.append((seq(comma if started else EMPTY, m, ws), (done | {j}, True)))
-            if required <= done and all(deps[j] <= done for j in done if j in deps):
-                out.append((extras(k, started), None))
-            return out
-
+        moves = _AnyOrderMoves(members, extra, comma, ws, min_p, max_p, deps)
         start: Hashable = (frozenset(), False)
     else:
-        relevant = set(deps) | {j for d in deps.values() for j in d}
-
-        def moves(state: Hashable) -> list[tuple[Expr, Hashable | None]]:
-            # present: relevant members seen so far; owed: later members some present one needs
-            i, k, started, present, owed = state  # type: ignore[misc]
-            if i == n:
-                return [] if owed else [(extras(k, started), None)]
-            m, req = members[i]
-            out: list[tuple[Expr, Hashable | None]] = []
-            needs = deps.get(i, frozenset())
-            if (max_p is None or k < max_p) and all(j in present for j in needs if j < i):
-                now = present | {i} if i in relevant else present
-                out.append((seq(comma if started else EMPTY, m, ws),
-                            (i + 1, min(k + 1, cap), True, now,
-                             (owed - {i}) | frozenset(j for j in needs if j > i))))
-            if not req and i not in owed:
-                out.append((EMPTY, (i + 1, k, started, present, owed)))
-            return out
-
+        moves = _InOrderMoves(members, extra, comma, ws, min_p, max_p, deps)
         start = (0, 0, False, frozenset(), frozenset())
     return emit_graph(c, start, moves, prefix)
 
 
+# The graphs' moves are classes, not closures: compiled by mypyc, a nested function is a
+# reference cycle with its environment, which would keep the compiler alive after a compile.
+
+
+class _AnyOrderMoves:
+    """Members in any order: a state is (members written, whether any was)."""
+
+    def __init__(self, members: list[tuple[Expr, bool]], extra: Expr | None, comma: Expr,
+                 ws: Expr, min_p: int, max_p: int | None,
+                 deps: dict[int, frozenset[int]]) -> None:
+        self.members, self.extra, self.comma, self.ws = members, extra, comma, ws
+        self.min_p, self.max_p, self.deps = min_p, max_p, deps
+        self.required = frozenset(i for i, (_, req) in enumerate(members) if req)
+
+    def __call__(self, state: Hashable) -> list[tuple[Expr, Hashable | None]]:
+        done, started = state  # type: ignore[misc]
+        out: list[tuple[Expr, Hashable | None]] = []
+        k = len(done)
+        max_p = self.max_p
+        for j, (m, _) in enumerate(self.members):
+            if j not in done and (max_p is None or k < max_p):
+                out.append((seq(self.comma if started else EMPTY, m, self.ws),
+                            (done | {j}, True)))
+        if self.required <= done and all(self.deps[j] <= done for j in done if j in self.deps):
+            out.append((_extras(self.extra, self.comma, self.ws, self.min_p, max_p, k, started),
+                        None))
+        return out
+
+
+class _InOrderMoves:
+    """Members in order, counted (min/maxProperties) or with dependencies: a state is (next
+    member, members written up to the cap, whether any was, the relevant members present,
+    the later members some present one needs)."""
+
+    def __init__(self, members: list[tuple[Expr, bool]], extra: Expr | None, comma: Expr,
+                 ws: Expr, min_p: int, max_p: int | None,
+                 deps: dict[int, frozenset[int]]) -> None:
+        self.members, self.extra, self.comma, self.ws = members, extra, comma, ws
+        self.min_p, self.max_p, self.deps = min_p, max_p, deps
+        self.cap = max(min_p, max_p or 0)
+        self.relevant = set(deps) | {j for d in deps.values() for j in d}
+
+    def __call__(self, state: Hashable) -> list[tuple[Expr, Hashable | None]]:
+        i, k, started, present, owed = state  # type: ignore[misc]
+        max_p = self.max_p
+        if i == len(self.members):
+            return [] if owed else [(_extras(self.extra, self.comma, self.ws, self.min_p,
+                                             max_p, k, started), None)]
+        m, req = self.members[i]
+        out: list[tuple[Expr, Hashable | None]] = []
+        needs = self.deps.get(i, frozenset())
+        if (max_p is None or k < max_p) and all(j in present for j in needs if j < i):
+            now = present | {i} if i in self.relevant else present
+            out.append((seq(self.comma if started else EMPTY, m, self.ws),
+                        (i + 1, min(k + 1, self.cap), True, now,
+                         (owed - {i}) | frozenset(j for j in needs if j > i))))
+        if not req and i not in owed:
+            out.append((EMPTY, (i + 1, k, started, present, owed)))
+        return out
+
+
 def emit_graph(c: SchemaCompiler, start: Hashable,
-                moves: Callable[[Hashable], list[tuple[Expr, Hashable | None]]],
-                prefix: str) -> Expr:
+               moves: Callable[[Hashable], list[tuple[Expr, Hashable | None]]],
+               prefix: str) -> Expr:
     """The expression of a finite acyclic graph of states; states reached from more than one
     place become rules (so the grammar stays linear in the number of states)."""
     edges: dict[Hashable, list[tuple[Expr, Hashable | None]]] = {}
@@ -370,26 +396,35 @@ def emit_graph(c: SchemaCompiler, start: Hashable,
             if t not in queued:
                 queued.add(t)
                 order.append(t)
-    names: dict[Hashable, str] = {}
-    memo: dict[Hashable, Expr] = {}
+    emitter = _GraphEmitter(c, edges, indegree, prefix)
+    for s in reversed(order):  # children before parents: no deep recursion
+        emitter.expr(s)
+    return emitter.expr(start)
 
-    def expr(s: Hashable) -> Expr:
-        got = memo.get(s)
+
+class _GraphEmitter:
+    """The expressions of ``emit_graph``'s states, memoised (a class, not a recursive
+    closure: see the moves classes)."""
+
+    def __init__(self, c: SchemaCompiler, edges: dict[Hashable, list[tuple[Expr, Hashable | None]]],
+                 indegree: dict[Hashable, int], prefix: str) -> None:
+        self.c, self.edges, self.indegree, self.prefix = c, edges, indegree, prefix
+        self.names: dict[Hashable, str] = {}
+        self.memo: dict[Hashable, Expr] = {}
+
+    def expr(self, s: Hashable) -> Expr:
+        got = self.memo.get(s)
         if got is not None:
             return got
-        alts = [seq(e, expr(t)) if t is not None else e for e, t in edges[s]]
+        alts = [seq(e, self.expr(t)) if t is not None else e for e, t in self.edges[s]]
         body = choice(*alts) if alts else NOTHING
-        if indegree[s] > 1 and body != NOTHING and _big(body):
-            name = names[s] = c.new_rule(f"{prefix}{len(names)}", body)
+        if self.indegree[s] > 1 and body != NOTHING and _big(body):
+            name = self.names[s] = self.c.new_rule(f"{self.prefix}{len(self.names)}", body)
             got = Ref(name)
         else:
             got = body
-        memo[s] = got
+        self.memo[s] = got
         return got
-
-    for s in reversed(order):  # children before parents: no deep recursion
-        expr(s)
-    return expr(start)
 
 
 def _big(e: Expr) -> bool:
