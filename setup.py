@@ -5,8 +5,10 @@
   code (slower cold masks, same answers).
 - The grammar front ends (JSON Schema, GBNF, regex) compiled by mypyc, a build requirement:
   the same Python modules as native code, about 1.45x faster to compile a JSON Schema.
-  Optional too: without a C compiler they stay Python. The IR (``ir.py``) is not compiled:
-  mypyc's frozen dataclasses were no faster to build, and cannot be unpickled.
+  Optional too: without a C compiler they stay Python. The IR's node classes
+  (``ir_nodes.py``) are not compiled: mypyc's frozen dataclasses were no faster to build, and
+  cannot be unpickled; the functions that build nodes (``ir_build.py``) are. ``ir.py`` (the
+  ``Grammar`` class, and the IR gathered in one namespace) stays Python too.
   ``FORMCAST_NO_MYPYC=1`` at install skips this; ``FORMCAST_PURE_PYTHON=1`` at run time
   loads the Python source instead.
 """
@@ -36,7 +38,7 @@ ENGINE_EXTENSIONS = [
 # (not for the metadata and build-requirement queries pip makes first).
 BUILD_COMMANDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install"}
 # Modules of formcast.grammar left as Python source (see the docstring).
-NOT_COMPILED = {"__init__.py", "ir.py"}
+NOT_COMPILED = {"__init__.py", "ir.py", "ir_nodes.py"}
 
 
 def compiled_front_end() -> list[Extension]:
