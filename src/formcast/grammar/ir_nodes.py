@@ -39,6 +39,9 @@ class Literal(Expr):
 
     data: bytes
 
+    def __hash__(self) -> int:
+        return hash(self.data)  # bytes keep their hash; the generated one made a tuple first
+
 
 @dataclass(frozen=True, slots=True)
 class ByteSet(Expr):
@@ -126,6 +129,9 @@ class Ref(Expr):
     """A reference to another rule by name (this is how recursion is written)."""
 
     name: str
+
+    def __hash__(self) -> int:
+        return hash(self.name)
 
 
 def _slot_setters(cls: type, *names: str) -> tuple:

@@ -28,8 +28,7 @@ import json
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -284,16 +283,10 @@ class SchemaCompiler:
         if text not in self.notes:
             self.notes.append(text)
 
-    @contextmanager
-    def consuming(self) -> Iterator[None]:
+    def consuming(self) -> _Consuming:
         """Children of a container come after input was consumed: reset left-recursion
-        tracking for them."""
-        saved = self.open
-        self.open = []
-        try:
-            yield
-        finally:
-            self.open = saved
+        tracking for them (a ``with`` block)."""
+        return _Consuming(self)
 
     def rule_base(self, loc: Loc) -> str:
         return _rule_base(loc.pointer)
@@ -919,3 +912,17 @@ def _size(expr: Expr, limit: int) -> int:
     return count
 
 
+class _Consuming:
+    """``SchemaCompiler.consuming``: a class, not a ``contextlib.contextmanager`` generator
+    (a few of those a compile, each ~3 us to make and run)."""
+
+    def __init__(self, compiler: SchemaCompiler) -> None:
+        self.compiler = compiler
+        self.saved: list[str] = []
+
+    def __enter__(self) -> None:
+        self.saved = self.compiler.open
+        self.compiler.open = []
+
+    def __exit__(self, *exc: object) -> None:
+        self.compiler.open = self.saved
