@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 
 .PHONY: demo test install lint bench clean
 
-$(VENV)/.installed: pyproject.toml setup.py src/formcast/engine/_trie_walk.c src/formcast/engine/_determinise.c src/formcast/engine/_determinise_api.h src/formcast/engine/_parser_closure.h $(wildcard src/formcast/grammar/*.py)
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard src/formcast/engine/*.c src/formcast/engine/*.h) $(wildcard src/formcast/grammar/*.py)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
