@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from formcast.engine.matcher import Matcher
-from formcast.errors import LeftRecursionError, MatcherError
+from formcast.errors import GrammarError, LeftRecursionError, MatcherError
 from formcast.grammar.ir import Grammar, chars, choice, lit, opt, plus, ref, repeat, seq, star
 from formcast.grammar.recognize import recognizes
 from formcast.grammar.regex import regex_to_expr
@@ -315,6 +315,14 @@ def test_stats_count_cache_hits(smollm2_vocab):
 def test_left_recursion_is_reported_with_the_cycle(smollm2_vocab):
     g = Grammar({"root": ref("expr"), "expr": choice(seq(ref("expr"), lit("+"), lit("1")), lit("1"))})
     with pytest.raises(LeftRecursionError, match="expr"):
+        Matcher(g, smollm2_vocab)
+
+
+def test_an_undefined_rule_is_named_even_when_the_front_end_vouched_for_its_rules(smollm2_vocab):
+    # Front ends that check their own references skip Grammar()'s walk; a slip there must
+    # still come out as a GrammarError naming the rule, not a KeyError inside the builder.
+    g = Grammar({"root": seq(lit("a"), ref("missing"))}, _refs_checked=True)
+    with pytest.raises(GrammarError, match="'root' refers to undefined rule 'missing'"):
         Matcher(g, smollm2_vocab)
 
 

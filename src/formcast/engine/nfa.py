@@ -463,6 +463,12 @@ def _choose_call_rules(rules: Mapping[str, Expr], start: str) -> set[str]:
     """Pick rules to keep as calls so that the remaining reference graph has no cycles."""
     native = _nfa_build is not None and native_paste_enabled()
     graph = {name: set(_refs_in(body, native)) for name, body in rules.items()}
+    for name, out in graph.items():
+        # Grammar() checks this unless a front end vouched for its rules: a wrong one is
+        # named here rather than failing as a KeyError inside the builder.
+        for target in out:
+            if target not in graph:
+                raise GrammarError(f"rule {name!r} refers to undefined rule {target!r}")
     calls = {start}
     while True:
         sccs = _cyclic_sccs({n: {m for m in out if m not in calls} for n, out in graph.items()
