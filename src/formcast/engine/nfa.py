@@ -459,8 +459,8 @@ def _reference_counts(rules: Mapping[str, Expr]) -> dict[str, int]:
     return counts
 
 
-def _choose_call_rules(rules: Mapping[str, Expr], start: str) -> set[str]:
-    """Pick rules to keep as calls so that the remaining reference graph has no cycles."""
+def _reference_graph(rules: Mapping[str, Expr]) -> dict[str, set[str]]:
+    """Each rule's referenced rules; an undefined one is a GrammarError that names it."""
     native = _nfa_build is not None and native_paste_enabled()
     graph = {name: set(_refs_in(body, native)) for name, body in rules.items()}
     for name, out in graph.items():
@@ -469,6 +469,15 @@ def _choose_call_rules(rules: Mapping[str, Expr], start: str) -> set[str]:
         for target in out:
             if target not in graph:
                 raise GrammarError(f"rule {name!r} refers to undefined rule {target!r}")
+    return graph
+
+
+def _choose_call_rules(rules: Mapping[str, Expr], start: str) -> set[str]:
+    """Pick rules to keep as calls so that the remaining reference graph has no cycles."""
+    return _call_rules_of(_reference_graph(rules), start)
+
+
+def _call_rules_of(graph: dict[str, set[str]], start: str) -> set[str]:
     calls = {start}
     while True:
         sccs = _cyclic_sccs({n: {m for m in out if m not in calls} for n, out in graph.items()
@@ -1059,7 +1068,11 @@ def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[s
     the start rule first, ``live[s]`` whether state ``s`` can reach its rule's end.
     """
     rules = grammar.engine_rules
-    call_rules = _choose_call_rules(rules, grammar.start)
+    graph = _reference_graph(rules)
+    # No rule reaches itself (most schemas): the start rule is the only call, and every rule
+    # derives a string unless the builder met an empty node (may_die).
+    acyclic = not _on_cycles_or_before(graph)
+    call_rules = {grammar.start} if acyclic else _call_rules_of(graph, grammar.start)
     builder = _Builder(rules, call_rules)
     order = [grammar.start] + sorted(r for r in call_rules if r != grammar.start)
     fragments = {name: builder.build_rule(name) for name in order}
@@ -1072,7 +1085,11 @@ def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[s
             order.append(name)
             fragments[name] = builder.build_rule(name)
     nfa = builder.nfa
-    if builder.may_die or not _rules_productive(rules, set(order)):
+    # The builder's C entry points are partials holding the builder: drop them, or the
+    # builder is a reference cycle left to the collector after every compile.
+    vars(builder).pop("_build", None)
+    vars(builder).pop("_expr_size", None)
+    if builder.may_die or not (acyclic or _rules_productive(rules, set(order))):
         live = _live_nfa_states(nfa, fragments, order)
     else:
         # Thompson fragments of expressions that all match something: every state can
