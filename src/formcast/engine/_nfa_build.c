@@ -45,6 +45,44 @@ static int path_push(Path *p, Py_ssize_t x) {
     return 0;
 }
 
+/* The byte edge (lo, hi, offset), with lo and hi as given (new reference). Built by hand:
+ * Py_BuildValue's format parsing was a tenth of a schema's NFA build. */
+static PyObject *edge_of(PyObject *lo, PyObject *hi, Py_ssize_t offset) {
+    PyObject *off = PyLong_FromSsize_t(offset);
+    if (!off) return NULL;
+    PyObject *edge = PyTuple_New(3);
+    if (!edge) {
+        Py_DECREF(off);
+        return NULL;
+    }
+    Py_INCREF(lo);
+    Py_INCREF(hi);
+    PyTuple_SET_ITEM(edge, 0, lo);
+    PyTuple_SET_ITEM(edge, 1, hi);
+    PyTuple_SET_ITEM(edge, 2, off);
+    return edge;
+}
+
+/* The byte edge (lo, hi, offset) from C numbers (new reference). */
+static PyObject *edge_ll(long lo, long hi, Py_ssize_t offset) {
+    PyObject *a = PyLong_FromLong(lo), *b = a ? PyLong_FromLong(hi) : NULL;
+    PyObject *edge = b ? edge_of(a, b, offset) : NULL;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return edge;
+}
+
+/* The two items of a pair (borrowed): a tuple read in place, anything else through
+ * PyArg_ParseTuple (which names what is wrong). 0, or -1 with an exception set. */
+static int pair_items(PyObject *pair, PyObject **a, PyObject **b) {
+    if (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2) {
+        *a = PyTuple_GET_ITEM(pair, 0);
+        *b = PyTuple_GET_ITEM(pair, 1);
+        return 0;
+    }
+    return PyArg_ParseTuple(pair, "OO", a, b) ? 0 : -1;
+}
+
 /* Set once by setup(): the IR classes, the shared edge containers, the size error. */
 static struct {
     PyObject *literal, *byte_set, *char_set, *seq, *choice, *repeat, *ref;
@@ -56,7 +94,7 @@ static struct {
 static PyObject *s_items, *s_data, *s_ranges, *s_item, *s_min, *s_max, *s_build_py,
     *s_may_die, *s_nfa, *s_eps, *s_byte_edges, *s_call_edges, *s_name, *s_inlined,
     *s_call_rules, *s_copy_range, *s_utf8_paths, *s_build_lazy_repeat, *s_negated,
-    *s_inline_size, *s_lazy_exits, *s_first;
+    *s_inline_size, *s_lazy_exits, *s_first, *s_utf8_ids;
 
 /* compact(eps, byte_edges, first, stop, exit): the subset construction of the byte-only NFA
  * fragment [first, stop) (a lazily repeated item, see nfa._Builder._compact_fragment), when
@@ -243,7 +281,7 @@ static int append_byte_edge(PyObject *edges, long lo, long hi, Py_ssize_t offset
         PyErr_SetString(PyExc_TypeError, "literal_trie: a trie node's byte edges are a list");
         return -1;
     }
-    PyObject *edge = Py_BuildValue("(lln)", lo, hi, offset);
+    PyObject *edge = edge_ll(lo, hi, offset);
     if (!edge) return -1;
     int bad = PyList_Append(edges, edge);
     Py_DECREF(edge);
@@ -915,6 +953,7 @@ static PyObject *expr_size(PyObject *self, PyObject *args) {
 
 typedef struct {
     PyObject *builder, *path, *eps, *bytes, *calls;
+    PyObject *utf8_ids; /* builder._utf8_ids: id(char set) -> (char set, its UTF-8 paths) */
     Py_ssize_t max_states, byte_chain_max, lazy_repeat_min; /* nfa.py's limits */
     PyObject *lazy_exits; /* nfa.lazy_exits: while empty, copies are pasted here */
 } Build;
@@ -977,7 +1016,7 @@ static int build_literal(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end
     const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(data);
     Py_ssize_t n = PyBytes_GET_SIZE(data);
     if (n <= 1) {
-        rc = n ? add_edge(b->bytes, start, Py_BuildValue("(iin)", d[0], d[0], end - start))
+        rc = n ? add_edge(b->bytes, start, edge_ll(d[0], d[0], end - start))
                : add_eps(b, start, end);
         goto done;
     }
@@ -987,7 +1026,7 @@ static int build_literal(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end
         goto done;
     }
     Py_ssize_t last = first + n - 2;
-    if (add_edge(b->bytes, start, Py_BuildValue("(iin)", d[0], d[0], first - start)) < 0)
+    if (add_edge(b->bytes, start, edge_ll(d[0], d[0], first - start)) < 0)
         goto done;
     for (Py_ssize_t i = 1; i < n; i++) {
         PyObject *step;
@@ -995,8 +1034,13 @@ static int build_literal(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end
             step = PyList_GET_ITEM(ir.step_one, d[i]);
             Py_INCREF(step);
         } else {
-            step = Py_BuildValue("[(iin)]", d[i], d[i], end - last);
-            if (!step) goto done;
+            PyObject *edge = edge_ll(d[i], d[i], end - last);
+            step = edge ? PyList_New(1) : NULL;
+            if (!step) {
+                Py_XDECREF(edge);
+                goto done;
+            }
+            PyList_SET_ITEM(step, 0, edge);
         }
         int bad = PyList_Append(b->eps, ir.no_edges) < 0 ||
                   PyList_Append(b->calls, ir.no_edges) < 0 || PyList_Append(b->bytes, step) < 0;
@@ -1019,11 +1063,11 @@ static int build_byte_set(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t en
     if (rc == 0 && n == 0) rc = set_may_die(b);
     for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
         PyObject *lo, *hi;
-        if (!PyArg_ParseTuple(items[i], "OO", &lo, &hi)) {
+        if (pair_items(items[i], &lo, &hi) < 0) {
             rc = -1;
             break;
         }
-        rc = add_edge(b->bytes, start, Py_BuildValue("(OOn)", lo, hi, end - start));
+        rc = add_edge(b->bytes, start, edge_of(lo, hi, end - start));
     }
     Py_DECREF(ranges);
     return rc;
@@ -1136,13 +1180,32 @@ done:
 }
 
 
-/* builder._utf8_paths(e): a character set's UTF-8 byte-range paths (new reference). */
+/* builder._utf8_paths(e): a character set's UTF-8 byte-range paths (new reference),
+ * remembered by the set's identity too: a schema's NFA meets the same few sets hundreds of
+ * times, and the method call with the set's (Python) hash was a tenth of its build. The entry
+ * holds the set, so its id is never reused while the builder lives. */
 static PyObject *utf8_paths(Build *b, PyObject *e) {
+    PyObject *key = PyLong_FromVoidPtr(e);
+    if (!key) return NULL;
+    PyObject *hit = PyDict_GetItemWithError(b->utf8_ids, key);
+    if (hit && PyTuple_CheckExact(hit) && PyTuple_GET_SIZE(hit) == 2 &&
+        PyTuple_GET_ITEM(hit, 0) == e) {
+        Py_DECREF(key);
+        return Py_NewRef(PyTuple_GET_ITEM(hit, 1));
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(key);
+        return NULL;
+    }
     PyObject *paths = PyObject_CallMethodObjArgs(b->builder, s_utf8_paths, e, NULL);
     if (paths && !PyList_Check(paths)) {
         PyErr_SetString(PyExc_TypeError, "nfa build: _utf8_paths returns a list");
         Py_CLEAR(paths);
     }
+    PyObject *entry = paths ? PyTuple_Pack(2, e, paths) : NULL;
+    if (!entry || PyDict_SetItem(b->utf8_ids, key, entry) < 0) Py_CLEAR(paths);
+    Py_XDECREF(entry);
+    Py_DECREF(key);
     return paths;
 }
 
@@ -1163,12 +1226,12 @@ static int build_char_set(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t en
         Py_ssize_t cur = start;
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *lo, *hi;
-            if (!PyArg_ParseTuple(steps[i], "OO", &lo, &hi)) {
+            if (pair_items(steps[i], &lo, &hi) < 0) {
                 rc = -1;
                 break;
             }
             if (i == n - 1) {
-                rc = add_edge(b->bytes, cur, Py_BuildValue("(OOn)", lo, hi, end - cur));
+                rc = add_edge(b->bytes, cur, edge_of(lo, hi, end - cur));
                 break;
             }
             PyObject *rest = PyTuple_New(n - i - 1);
@@ -1185,7 +1248,7 @@ static int build_char_set(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t en
                 Py_ssize_t next = known ? PyLong_AsSsize_t(known) : -1;
                 Py_DECREF(rest);
                 rc = next < 0 ? -1
-                              : add_edge(b->bytes, cur, Py_BuildValue("(OOn)", lo, hi, next - cur));
+                              : add_edge(b->bytes, cur, edge_of(lo, hi, next - cur));
                 break; /* the rest of this path is built already */
             }
             Py_ssize_t next = build_new_state(b);
@@ -1193,7 +1256,7 @@ static int build_char_set(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t en
             int bad = !at || PyDict_SetItem(tails, rest, at) < 0;
             Py_XDECREF(at);
             Py_DECREF(rest);
-            if (bad || add_edge(b->bytes, cur, Py_BuildValue("(OOn)", lo, hi, next - cur)) < 0) {
+            if (bad || add_edge(b->bytes, cur, edge_of(lo, hi, next - cur)) < 0) {
                 rc = -1;
                 break;
             }
@@ -1251,8 +1314,8 @@ static int build_byte_chain(Build *b, PyObject *ranges, Py_ssize_t low, Py_ssize
         if (next < 0) return -1;
         for (Py_ssize_t r = 0; r < PyList_GET_SIZE(ranges); r++) {
             PyObject *lo, *hi;
-            if (!PyArg_ParseTuple(PyList_GET_ITEM(ranges, r), "OO", &lo, &hi) ||
-                add_edge(b->bytes, cur, Py_BuildValue("(OOn)", lo, hi, next - cur)) < 0)
+            if (pair_items(PyList_GET_ITEM(ranges, r), &lo, &hi) < 0 ||
+                add_edge(b->bytes, cur, edge_of(lo, hi, next - cur)) < 0)
                 return -1;
         }
         cur = next;
@@ -1450,7 +1513,7 @@ static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
 /* build(builder, (max_states, byte_chain_max, lazy_repeat_min), expr, start, end, path) */
 static PyObject *build(PyObject *self, PyObject *args) {
     (void)self;
-    Build b = {NULL, NULL, NULL, NULL, NULL, 0, 0, 0, NULL};
+    Build b = {NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, NULL};
     PyObject *e;
     Py_ssize_t start, end;
     if (!ir.literal) {
@@ -1460,8 +1523,16 @@ static PyObject *build(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O(nnn)OnnO", &b.builder, &b.max_states, &b.byte_chain_max,
                           &b.lazy_repeat_min, &e, &start, &end, &b.path))
         return NULL;
-    PyObject *nfa = PyObject_GetAttr(b.builder, s_nfa);
-    if (!nfa) return NULL;
+    b.utf8_ids = PyObject_GetAttr(b.builder, s_utf8_ids);
+    if (b.utf8_ids && !PyDict_CheckExact(b.utf8_ids)) {
+        PyErr_SetString(PyExc_TypeError, "nfa build: builder._utf8_ids is a dict");
+        Py_CLEAR(b.utf8_ids);
+    }
+    PyObject *nfa = b.utf8_ids ? PyObject_GetAttr(b.builder, s_nfa) : NULL;
+    if (!nfa) {
+        Py_XDECREF(b.utf8_ids);
+        return NULL;
+    }
     b.eps = PyObject_GetAttr(nfa, s_eps);
     b.bytes = PyObject_GetAttr(nfa, s_byte_edges);
     b.calls = PyObject_GetAttr(nfa, s_call_edges);
@@ -1488,6 +1559,7 @@ static PyObject *build(PyObject *self, PyObject *args) {
     Py_XDECREF(b.bytes);
     Py_XDECREF(b.calls);
     Py_XDECREF(b.lazy_exits);
+    Py_DECREF(b.utf8_ids);
     return out;
 }
 
@@ -1876,12 +1948,12 @@ PyMODINIT_FUNC PyInit__nfa_build(void) {
                           &s_may_die, &s_nfa, &s_eps, &s_byte_edges, &s_call_edges, &s_name,
                           &s_inlined, &s_call_rules, &s_copy_range, &s_utf8_paths,
                           &s_build_lazy_repeat, &s_negated, &s_inline_size, &s_lazy_exits,
-                          &s_first};
+                          &s_first, &s_utf8_ids};
     const char *texts[] = {"items", "data", "ranges", "item", "min", "max", "_build_py",
                            "may_die", "nfa", "eps", "byte_edges", "call_edges", "name",
                            "_inlined", "call_rules", "_copy_range", "_utf8_paths",
                            "_build_lazy_repeat", "negated", "_inline_size", "lazy_exits",
-                           "first"};
+                           "first", "_utf8_ids"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *names[i] = PyUnicode_InternFromString(texts[i]);
         if (!*names[i]) return NULL;

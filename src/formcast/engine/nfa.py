@@ -581,6 +581,8 @@ class _Builder:
         self.nfa = NFA()
         self._size_memo: dict[str, int] = {}
         self._utf8_memo: dict[CharSet, list[list[tuple[int, int]]]] = {}
+        # the C builder's memo of the same by identity: id -> (char set, paths)
+        self._utf8_ids: dict[int, tuple[CharSet, list[list[tuple[int, int]]]]] = {}
         self.lazy_repeats: list[LazyRepeat] = []
         self._lazy_memo: dict[tuple[int, int], list[tuple[int, LazyRepeat, int]]] = {}
         # inlined rule -> its first fragment (first, exit, stop)
