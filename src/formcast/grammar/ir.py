@@ -26,6 +26,7 @@ from formcast.grammar.ir_build import (
     chars,
     choice,
     factored_choice,
+    is_nothing,
     lit,
     opt,
     plus,
@@ -61,7 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "EMPTY", "MAX_CODEPOINT", "NOTHING", "SURROGATES", "ByteSet", "CharSet", "Choice", "Expr",
     "Grammar", "Literal", "ReadableRules", "Ref", "Repeat", "Seq", "byte_set", "chars",
-    "choice", "complement_ranges", "factored_choice", "iter_refs", "lit", "merge_ranges",
+    "choice", "complement_ranges", "factored_choice", "is_nothing", "iter_refs", "lit", "merge_ranges",
     "opt", "plus", "ref", "repeat", "seq", "star", "subtract_ranges", "utf8_byte_sequences",
 ]
 

@@ -25,6 +25,12 @@ from formcast.grammar.ir_nodes import (
 from formcast.grammar.ir_ranges import merge_ranges
 
 
+def is_nothing(e: Expr) -> bool:
+    """Whether ``e`` is the empty choice (matches nothing): a type check, not ``e == NOTHING``,
+    whose dataclass comparisons run as Python and were called hundreds of times a compile."""
+    return type(e) is Choice and not e.items  # type: ignore[attr-defined]
+
+
 def lit(text: str | bytes) -> Expr:
     """A literal; ``str`` is encoded as UTF-8."""
     data = text.encode("utf-8") if isinstance(text, str) else bytes(text)

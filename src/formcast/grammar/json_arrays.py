@@ -12,7 +12,18 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
-from formcast.grammar.ir import EMPTY, NOTHING, Expr, choice, lit, opt, repeat, seq, star
+from formcast.grammar.ir import (
+    EMPTY,
+    NOTHING,
+    Expr,
+    choice,
+    is_nothing,
+    lit,
+    opt,
+    repeat,
+    seq,
+    star,
+)
 from formcast.grammar.json_conj import Conj
 from formcast.grammar.json_negate import negate
 from formcast.grammar.json_objects import emit_graph
@@ -61,14 +72,14 @@ def build_array(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
             subs = [p.prefix[i] if i < len(p.prefix) else p.items for p in parts]
             expr = c.compile_subs([s for s in subs if s is not None],
                                      join_pointer(loc.pointer, "prefixItems", i))
-            if expr == NOTHING:
+            if is_nothing(expr):
                 hi = i if hi is None else min(hi, i)
                 break
             positions.append(expr)
         rest_subs = [p.items for p in parts if p.items is not None]
         rest = (c.compile_subs(rest_subs, join_pointer(loc.pointer, "items"))
                 if (hi is None or hi > len(positions)) else NOTHING)
-    if rest == NOTHING:
+    if is_nothing(rest):
         hi = len(positions) if hi is None else min(hi, len(positions))
     if hi is not None and hi < lo:
         return NOTHING

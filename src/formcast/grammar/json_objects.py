@@ -27,6 +27,7 @@ from formcast.grammar.ir import (
     Repeat,
     Seq,
     choice,
+    is_nothing,
     lit,
     opt,
     repeat,
@@ -123,7 +124,7 @@ def build_object(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
                 if k not in part.properties and not matched and part.additional is not None:
                     subs.append(part.additional)
             value = c.compile_subs(subs, join_pointer(loc.pointer, "properties", k))
-            if value == NOTHING:
+            if is_nothing(value):
                 if required:
                     return NOTHING
                 continue
@@ -212,10 +213,10 @@ def _extra_members(c: SchemaCompiler, parts, named: list[str],
                 if not own and part.additional is not None:
                     subs.append(part.additional)
             value = c.compile_subs(subs, join_pointer(loc.pointer, "additionalProperties"))
-            if value == NOTHING:
+            if is_nothing(value):
                 continue
             key = _class_key(c, pats, in_class, pattern_dfas, names_dfa, tuple(named), loc)
-            if key == NOTHING:
+            if is_nothing(key):
                 continue
             classes.append(seq(key, c.ws, lit(":"), c.ws, value))
     return choice(*classes) if classes else None
@@ -418,7 +419,7 @@ class _GraphEmitter:
             return got
         alts = [seq(e, self.expr(t)) if t is not None else e for e, t in self.edges[s]]
         body = choice(*alts) if alts else NOTHING
-        if self.indegree[s] > 1 and body != NOTHING and _big(body):
+        if self.indegree[s] > 1 and not is_nothing(body) and _big(body):
             name = self.names[s] = self.c.new_rule(f"{self.prefix}{len(self.names)}", body)
             got = Ref(name)
         else:

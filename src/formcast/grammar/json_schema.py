@@ -57,6 +57,7 @@ from formcast.grammar.ir import (
     chars,
     choice,
     factored_choice,
+    is_nothing,
     lit,
     opt,
     repeat,
@@ -360,14 +361,14 @@ class SchemaCompiler:
                       lit("false"), lit("null"))
 
     def _object_body(self, value: Expr) -> Expr:
-        if value == NOTHING:
+        if is_nothing(value):
             return seq(lit("{"), self.ws, lit("}"))
         member = seq(self.prim("string"), self.ws, lit(":"), self.ws, value, self.ws)
         return seq(lit("{"), self.ws, opt(seq(member, star(seq(lit(","), self.ws, member)))),
                    lit("}"))
 
     def _array_body(self, value: Expr) -> Expr:
-        if value == NOTHING:
+        if is_nothing(value):
             return seq(lit("["), self.ws, lit("]"))
         item = seq(value, self.ws)
         return seq(lit("["), self.ws, opt(seq(item, star(seq(lit(","), self.ws, item)))),

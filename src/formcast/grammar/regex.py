@@ -36,6 +36,7 @@ from formcast.grammar.ir import (
     chars,
     choice,
     complement_ranges,
+    is_nothing,
     lit,
     merge_ranges,
     repeat,
@@ -106,14 +107,17 @@ def nullable(expr: Expr) -> bool:
 # fragment is only legal where everything before (after) it matched nothing, and the splitting
 # lets sequences check that while keeping the IR free of assertions.
 Variants = dict[tuple[bool, bool], Expr]
+_PLAIN_KEY = (False, False)  # the key of strings that rely on no anchor
+_QUANTIFIER_BOUNDS: dict[str, tuple[int, int | None]] = {"*": (0, None), "+": (1, None),
+                                                        "?": (0, 1)}
 
 
 def _plain(expr: Expr) -> Variants:
-    return {} if expr == NOTHING else {(False, False): expr}
+    return {} if is_nothing(expr) else {(False, False): expr}
 
 
 def _add(out: Variants, key: tuple[bool, bool], expr: Expr) -> None:
-    if expr == NOTHING:
+    if is_nothing(expr):
         return
     out[key] = choice(out[key], expr) if key in out else expr
 
@@ -194,7 +198,7 @@ class _Parser:
         for term in terms:
             if not term:
                 return {}
-            if set(term) == {(False, False)}:
+            if len(term) == 1 and _PLAIN_KEY in term:
                 run.append(term[(False, False)])
                 continue
             result = _concat(result, _plain(seq(*run)))
@@ -228,7 +232,7 @@ class _Parser:
             atom = self._repeat(atom, low, high, start)
 
     def _repeat(self, atom: Variants, low: int, high: int | None, at: int) -> Variants:
-        if set(atom) - {(False, False)}:
+        if len(atom) > 1 or (len(atom) == 1 and _PLAIN_KEY not in atom):
             if (low, high) == (0, 1):
                 return _alternate([_plain(EMPTY), atom])
             raise self._unsupported("an anchor ('^' or '$') inside a repeated group", at)
@@ -249,7 +253,7 @@ class _Parser:
         c = self._peek()
         if c in ("*", "+", "?") and c:
             self.pos += 1
-            return {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
+            return _QUANTIFIER_BOUNDS[c]
         if c != "{":
             return None
         start = self.pos
