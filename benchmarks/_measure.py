@@ -158,6 +158,36 @@ def measure(engine: Engine, workload: Workload, repeats: int,
     return out
 
 
+def interleaved_compiles(engines: list[Engine], workload: Workload,
+                         rounds: int) -> dict[str, list[float]]:
+    """Compile times (ms) of ``rounds`` fresh compiles per engine, the engines taking turns
+    within each round: a burst of machine noise then slows every engine alike, so the ratio
+    of their medians holds still where separate timing windows made it wander by 30%.
+    Engines that cannot compile the workload are left out (``measure`` reports why)."""
+    times: dict[str, list[float]] = {e.name: [] for e in engines}
+    failed: set[str] = set()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(max(1, rounds)):
+            for engine in engines:
+                if engine.name in failed:
+                    continue
+                compiled: Any = None
+                engine.before_compile()
+                t0 = time.perf_counter_ns()
+                try:
+                    compiled = engine.compile(workload)
+                except Exception:  # noqa: BLE001 - measure() reports the failure
+                    failed.add(engine.name)
+                    continue
+                times[engine.name].append((time.perf_counter_ns() - t0) / 1e6)
+                del compiled
+    finally:
+        gc.enable()
+    return {name: ts for name, ts in times.items() if name not in failed}
+
+
 def warm_up(engine: Engine, workload: Workload) -> str | None:
     """Pay one-time process costs (thread pools, lazy tables) before anything is timed."""
     try:

@@ -3,7 +3,8 @@
 For every grammar under ``benchmarks/grammars/`` (a JSON grammar, GBNF grammars, regexes and
 realistic JSON Schemas) and every engine it measures:
 
-* compile time: p50 over ``--repeats`` fresh compiles (no compiler cache can serve them);
+* compile time: p50 over ``--compile-rounds`` fresh compiles (no compiler cache can serve
+  them), the engines taking turns round by round so that machine noise hits them alike;
 * per-token mask time, p50 and p99 over every step of every sample output: the time of the one
   call that fills a packed int32 bitmask for the current state, taken before each token of the
   sample is accepted and once after the last. "cold" is the first pass over a freshly compiled
@@ -16,7 +17,8 @@ Every figure is printed with its ratio to llguidance. Engines that are not insta
 grammars an engine cannot compile, are shown as "n/a (reason)".
 
     python benchmarks/bench_masks.py [--engines formcast,llguidance,xgrammar] [--repeats 5]
-                                     [--quick] [--only invoice,json] [--json results.json]
+                                     [--compile-rounds 21] [--quick] [--only invoice,json]
+                                     [--json results.json]
 """
 
 from __future__ import annotations
@@ -30,7 +32,15 @@ import time
 from pathlib import Path
 
 from _engines import BASELINE, ENGINE_NAMES, Engine, EngineUnavailable, make_engine
-from _measure import PassResult, RunResult, keep_mask, measure, set_agreement, warm_up
+from _measure import (
+    PassResult,
+    RunResult,
+    interleaved_compiles,
+    keep_mask,
+    measure,
+    set_agreement,
+    warm_up,
+)
 from _report import render
 from _tokenizer import load_smollm2_tokenizer, smollm2_gguf_path
 from _workloads import GRAMMARS_DIR, Workload, load_workloads, tokenize
@@ -45,7 +55,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--engines", default=",".join(ENGINE_NAMES),
                         help="comma-separated engines to run (default: all three)")
     parser.add_argument("--repeats", type=int, default=None,
-                        help="fresh compiles per grammar, p50 reported (default 5, 2 with --quick)")
+                        help="fresh compiles per grammar, each followed by a cold pass whose "
+                             "steps are pooled (default 5, 2 with --quick)")
+    parser.add_argument("--compile-rounds", type=int, default=None,
+                        help="rounds of interleaved fresh compiles (one per engine a round) "
+                             "whose p50 is the compile figure (default 21, 5 with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help="fewer compiles and at most two samples per grammar")
     parser.add_argument("--only", default="",
@@ -61,6 +75,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.repeats = 2 if args.quick else 5
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.compile_rounds is None:
+        args.compile_rounds = 5 if args.quick else 21
+    if args.compile_rounds < 1:
+        parser.error("--compile-rounds must be at least 1")
     return args
 
 
@@ -94,9 +112,10 @@ def header(args: argparse.Namespace, engines: list[Engine], missing: dict[str, s
     ]
     lines += [f"- {name}: n/a ({reason})" for name, reason in missing.items()]
     lines += [
-        f"- compile: p50 of {args.repeats} fresh compiles (llguidance: GBNF→Lark conversion + "
-        "`LLMatcher`; xgrammar: a new `GrammarCompiler(cache_enabled=False)`; formcast: front end "
-        "+ `Matcher` with its compile caches emptied before the timer starts, as the previous "
+        f"- compile: p50 of {args.compile_rounds} fresh compiles per engine, the engines taking "
+        "turns round by round so machine noise hits them alike (llguidance: GBNF→Lark conversion "
+        "+ `LLMatcher`; xgrammar: a new `GrammarCompiler(cache_enabled=False)`; formcast: front "
+        "end + `Matcher` with its compile caches emptied before the timer starts, as the previous "
         "compile of every engine is dropped before it); per-vocabulary tables are built beforehand",
         "- mask: the one call that fills a packed int32 bitmask for the current state, timed at "
         "every step of every sample; p50/p99 over all steps. cold = first pass over each fresh "
@@ -145,9 +164,12 @@ def main(argv: list[str] | None = None) -> int:
 
     results: list[RunResult] = []
     for w in workloads:
+        compile_times = interleaved_compiles(engines, w, args.compile_rounds)
         for engine in engines:
             t0 = time.perf_counter()
             r = measure(engine, w, args.repeats, keep)
+            if engine.name in compile_times and r.na_reason is None:
+                r.compile_ms = compile_times[engine.name]
             took = time.perf_counter() - t0
             status = r.na_reason or f"compile {r.compile_p50_ms:.2f} ms, {r.steps} steps"
             log(f"  {w.name:<26} {engine.name:<10} {status} ({took:.1f} s)")
