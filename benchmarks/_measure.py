@@ -126,36 +126,60 @@ def keep_mask(n_words: int, ignored_ids: list[int]) -> np.ndarray:
     return keep.view(np.int32)
 
 
-def measure(engine: Engine, workload: Workload, repeats: int,
-            keep: np.ndarray | None = None) -> RunResult:
-    """``repeats`` times: a fresh compile (timed) and a cold pass; then one warm pass.
+def measure(engines: list[Engine], workload: Workload, repeats: int,
+            keep: np.ndarray | None = None) -> list[RunResult]:
+    """``repeats`` rounds in which each engine in turn does a fresh compile (timed) and a
+    cold pass; then one warm pass each. One result per engine, in the order given.
 
-    Cold step times are pooled over the repeats, so their p99 does not hang on one run. ``keep``
-    clears bits (special tokens the engines treat differently) before the first cold pass's
-    masks are digested for the agreement figure; it does not touch what is timed.
+    Taking turns round by round puts every engine's cold steps in the same stretches of time,
+    so a burst of machine noise (this machine shares its cores) lands on all of them rather
+    than on whichever engine it happened to meet. Cold step times are pooled over the rounds,
+    so their p99 does not hang on one run. ``keep`` clears bits (special tokens the engines
+    treat differently) before the first cold pass's masks are digested for the agreement
+    figure; it does not touch what is timed.
     """
-    out = RunResult(workload.name, workload.section, engine.name)
-    out.cold = PassResult()
+    results = [RunResult(workload.name, workload.section, e.name, cold=PassResult())
+               for e in engines]
+    last: list[Any] = [None] * len(engines)
+    compiled: Any = None
     gc.collect()
     gc.disable()
     try:
-        compiled: Any = None
         for repeat in range(max(1, repeats)):
-            compiled = None
-            engine.before_compile()
-            t0 = time.perf_counter_ns()
-            compiled = engine.compile(workload)
-            out.compile_ms.append((time.perf_counter_ns() - t0) / 1e6)
-            cold = _run_pass(engine, compiled, workload, record_digests=repeat == 0, keep=keep)
-            out.cold.absorb(cold)
-        out.warm = _run_pass(engine, compiled, workload, record_digests=False)
-    except CompileFailed as exc:
-        out.na_reason = f"compile failed: {exc}"
-    except Exception as exc:  # noqa: BLE001 - report and move on to the next workload
-        out.na_reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+            for i, engine in enumerate(engines):
+                out = results[i]
+                if out.na_reason is not None:
+                    continue
+                # The previous compile is dropped before the next is timed (not freed inside it).
+                last[i] = compiled = None
+                try:
+                    engine.before_compile()
+                    t0 = time.perf_counter_ns()
+                    compiled = engine.compile(workload)
+                    out.compile_ms.append((time.perf_counter_ns() - t0) / 1e6)
+                    cold = _run_pass(engine, compiled, workload, record_digests=repeat == 0,
+                                     keep=keep)
+                except Exception as exc:  # noqa: BLE001 - report and move on
+                    out.na_reason = _failure(exc)
+                    continue
+                assert out.cold is not None
+                out.cold.absorb(cold)
+                last[i] = compiled
+        for i, engine in enumerate(engines):
+            if results[i].na_reason is None:
+                try:
+                    results[i].warm = _run_pass(engine, last[i], workload, record_digests=False)
+                except Exception as exc:  # noqa: BLE001
+                    results[i].na_reason = _failure(exc)
     finally:
         gc.enable()
-    return out
+    return results
+
+
+def _failure(exc: Exception) -> str:
+    if isinstance(exc, CompileFailed):
+        return f"compile failed: {exc}"
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
 
 
 def interleaved_compiles(engines: list[Engine], workload: Workload,

@@ -119,7 +119,8 @@ def header(args: argparse.Namespace, engines: list[Engine], missing: dict[str, s
         "compile of every engine is dropped before it); per-vocabulary tables are built beforehand",
         "- mask: the one call that fills a packed int32 bitmask for the current state, timed at "
         "every step of every sample; p50/p99 over all steps. cold = first pass over each fresh "
-        f"compile, pooled over the {args.repeats} compiles; warm = one more pass with new matchers "
+        f"compile, pooled over {args.repeats} rounds in which the engines take turns; warm = one "
+        "more pass with new matchers "
         "of the same compiled grammar (formcast memoises masks across matchers)",
         f"- (×N) = ratio to {BASELINE}; medians across grammars, their ratio the median of the "
         "per-grammar ratios",
@@ -164,16 +165,15 @@ def main(argv: list[str] | None = None) -> int:
 
     results: list[RunResult] = []
     for w in workloads:
+        t0 = time.perf_counter()
         compile_times = interleaved_compiles(engines, w, args.compile_rounds)
-        for engine in engines:
-            t0 = time.perf_counter()
-            r = measure(engine, w, args.repeats, keep)
-            if engine.name in compile_times and r.na_reason is None:
-                r.compile_ms = compile_times[engine.name]
-            took = time.perf_counter() - t0
+        for r in measure(engines, w, args.repeats, keep):
+            if r.engine in compile_times and r.na_reason is None:
+                r.compile_ms = compile_times[r.engine]
             status = r.na_reason or f"compile {r.compile_p50_ms:.2f} ms, {r.steps} steps"
-            log(f"  {w.name:<26} {engine.name:<10} {status} ({took:.1f} s)")
+            log(f"  {w.name:<26} {r.engine:<10} {status}")
             results.append(r)
+        log(f"  {w.name:<26} measured in {time.perf_counter() - t0:.1f} s")
         for name, reason in missing.items():
             results.append(RunResult(w.name, w.section, name, na_reason=reason))
     set_agreement(results, BASELINE)

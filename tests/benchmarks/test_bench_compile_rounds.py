@@ -49,3 +49,42 @@ def test_an_engine_that_cannot_compile_is_left_out_after_one_try() -> None:
     times = interleaved_compiles([good, bad], WORKLOAD, rounds=3)
     assert set(times) == {"good"} and len(times["good"]) == 3
     assert log.count("bad") == 1
+
+
+class _Walkable(_Recording):
+    """Compiles to a list of masks; a pass fills each in turn (one token, id 0, always ok)."""
+
+    def allocate(self) -> Any:
+        import numpy as np
+
+        return np.zeros((1, 1), dtype=np.int32)
+
+    def new_matcher(self, compiled: Any) -> Any:
+        return compiled
+
+    def fill_mask(self, matcher: Any, bitmask: Any) -> None:
+        self.log.append(f"{self.name}:mask")
+        bitmask[0, 0] = 1
+
+    def accept(self, matcher: Any, token_id: int) -> bool:
+        return True
+
+    def is_accepting(self, matcher: Any) -> bool:
+        return True
+
+
+def test_cold_passes_take_turns_and_a_failing_engine_is_reported() -> None:
+    from _measure import measure
+
+    log: list[str] = []
+    workload = Workload("w", "w.regex", "regex", "[a-z]+", ["abc"])
+    workload.tokens = [[0]]
+    a, b, bad = _Walkable("a", log), _Walkable("b", log), _Walkable("bad", log, fails=True)
+    results = measure([a, b, bad], workload, repeats=2)
+    assert [r.engine for r in results] == ["a", "b", "bad"]
+    # each round: a compiles and walks, then b, then bad fails (once, then it is skipped)
+    assert log[:7] == ["a", "a:mask", "a:mask", "b", "b:mask", "b:mask", "bad"]
+    assert log[7:13] == ["a", "a:mask", "a:mask", "b", "b:mask", "b:mask"]
+    assert [len(r.compile_ms) for r in results[:2]] == [2, 2]
+    assert all(r.steps == 2 and not r.problems for r in results[:2])
+    assert results[2].na_reason and "cannot compile this" in results[2].na_reason
