@@ -48,6 +48,11 @@ def compiled_front_end() -> list[Extension]:
     try:
         from mypyc.build import mypycify
     except ImportError:
+        # pip's isolated build has it (pyproject's build requirements); a bare
+        # `setup.py build_ext` in a venv without mypy would leave stale compiled modules.
+        print("formcast: mypy (mypyc) is not installed here, so the grammar modules are not "
+              "compiled; pip install 'mypy==1.13.0' first, or reinstall with pip",
+              file=sys.stderr)
         return []
     modules = sorted(str(p) for p in Path("src/formcast/grammar").glob("*.py")
                      if p.name not in NOT_COMPILED)
