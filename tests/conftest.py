@@ -1,4 +1,5 @@
-"""Session-wide fixtures: the two real vocabularies and their models' own tokenizers.
+"""Session-wide fixtures: the two real vocabularies and their models' own tokenizers, and a
+probe for reference cycles a piece of code leaves behind.
 
 Vocabularies are read from the shipped GGUF files (and cached on disk by formcast, so a
 second session loads Gemma 3's 262k tokens in a fraction of a second). The encoders turn text
@@ -8,6 +9,8 @@ installed (vocab only, under a second), else transformers' GGUF tokenizer (5-15 
 
 from __future__ import annotations
 
+import gc
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,3 +74,26 @@ def smollm2_encode(smollm2_path: Path) -> Encode:
 @pytest.fixture(scope="session")
 def gemma3_encode(gemma3_path: Path) -> Encode:
     return model_encoder(gemma3_path)
+
+
+def _cyclic_leftovers(run: Callable[[], None]) -> Counter[str]:
+    """Run ``run`` with the collector off, then count by type what only the cyclic collector
+    could free afterwards (``run`` must drop its own references to what it built)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        run()
+        gc.collect()
+        return Counter(type(obj).__name__ for obj in gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if was_enabled:
+            gc.enable()
+
+
+@pytest.fixture
+def cyclic_leftovers() -> Callable[[Callable[[], None]], Counter[str]]:
+    return _cyclic_leftovers

@@ -5,9 +5,7 @@ then)."""
 
 from __future__ import annotations
 
-import gc
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -38,21 +36,11 @@ CASES: list[tuple[str, Any, dict]] = [(p.stem, json.loads(p.read_text()), {}) fo
 
 @pytest.mark.parametrize(("schema", "options"), [(s, o) for _, s, o in CASES],
                          ids=[name for name, _, _ in CASES])
-def test_compile_leaves_no_cyclic_garbage(schema: Any, options: dict) -> None:
+def test_compile_leaves_no_cyclic_garbage(schema: Any, options: dict, cyclic_leftovers) -> None:
     compile_json_schema(schema, strict=False, cache=None, **options)  # module memos filled
-    was_enabled = gc.isenabled()
-    gc.disable()
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        grammar = compile_json_schema(schema, strict=False, cache=None, **options)
-        assert grammar.to_gbnf()
-        del grammar
-        gc.collect()
-        kinds = Counter(type(obj).__name__ for obj in gc.garbage)
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        if was_enabled:
-            gc.enable()
+
+    def compile_and_drop() -> None:
+        assert compile_json_schema(schema, strict=False, cache=None, **options).to_gbnf()
+
+    kinds = cyclic_leftovers(compile_and_drop)
     assert not kinds, f"the compile left cycles: {kinds.most_common(8)}"
