@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -269,7 +270,10 @@ class LazyRepeat:
     def __init__(self, nfa: NFA, first: int, exit_: int, edges: list, copies: int,
                  minimum: int, end: int, inner: list[tuple[LazyRepeat, int]],
                  template: LazyRepeat | None = None) -> None:
-        self.nfa = nfa
+        # Weakly: the NFA holds this record (lazy_exits, copy_of), and a strong reference
+        # back made every compiled NFA with a lazy repetition a reference cycle, thousands
+        # of edge containers that only the cyclic collector could free.
+        self._nfa = weakref.ref(nfa)
         self.first = first
         self.exit_offset = exit_ - first
         # Snapshot of the first copy's edges (relative, so the same for every copy): a shifted
@@ -282,8 +286,9 @@ class LazyRepeat:
         self.live: list[bool] | None = None  # liveness of the first copy's states
         # The repetition this one is a shifted copy of (itself for an original), and the copy
         # of the enclosing repetition it lives in: what Automaton.copy_shape compares.
-        self.template = template if template is not None else self
-        self.parent: tuple[LazyRepeat, int] | None = None
+        # (None for an original: a reference to itself would make every record a cycle)
+        self._template = template.template if template is not None else None
+        self._parent: tuple[weakref.ref[LazyRepeat], int] | None = None
         for record, _ in inner:
             if record.parent is None:  # the innermost enclosing repetition is the parent
                 record.parent = (self, 0)
@@ -296,6 +301,32 @@ class LazyRepeat:
         self._register(first, 0)
         self.live_list: list[bool] | None = None  # the automaton's liveness, grown by copies
         self._entries: dict[int, int] = {0: first}
+
+    @property
+    def parent(self) -> tuple[LazyRepeat, int] | None:
+        """The innermost enclosing repetition and the copy of it this one lies in (held
+        weakly: the enclosing record holds this one in ``inner``; the NFA holds both)."""
+        if self._parent is None:
+            return None
+        outer = self._parent[0]()
+        if outer is None:
+            raise ReferenceError("the enclosing lazy repetition is gone")
+        return outer, self._parent[1]
+
+    @parent.setter
+    def parent(self, value: tuple[LazyRepeat, int] | None) -> None:
+        self._parent = None if value is None else (weakref.ref(value[0]), value[1])
+
+    @property
+    def template(self) -> LazyRepeat:
+        return self if self._template is None else self._template
+
+    @property
+    def nfa(self) -> NFA:
+        nfa = self._nfa()
+        if nfa is None:
+            raise ReferenceError("the NFA of a lazy repetition is gone")
+        return nfa
 
     def _item_nullable(self) -> bool:
         """Whether one copy can be crossed without a byte (then copies are not a horizon)."""
@@ -979,35 +1010,38 @@ class _Builder:
 # ----------------------------------------------------------------------------- liveness
 
 
+def _derives(e: Expr, productive: set[str]) -> bool:
+    """Whether ``e`` derives a string, given the rules known to (a module-level function: a
+    nested one calling itself is a reference cycle, left to the collector every compile)."""
+    if isinstance(e, Literal):
+        return True
+    if isinstance(e, ByteSet):
+        return bool(e.ranges)
+    if isinstance(e, CharSet):
+        return bool(e.codepoint_ranges())
+    if isinstance(e, Seq):
+        return all(_derives(i, productive) for i in e.items)
+    if isinstance(e, Choice):
+        return any(_derives(i, productive) for i in e.items)
+    if isinstance(e, Repeat):
+        return e.min == 0 or _derives(e.item, productive)
+    if isinstance(e, Ref):
+        return e.name in productive
+    return False
+
+
 def _rules_productive(rules: Mapping[str, Expr], names: set[str]) -> bool:
     """Whether every rule in ``names`` derives at least one string (fixpoint over the IR)."""
     productive: set[str] = set()
-
-    def derives(e: Expr) -> bool:
-        if isinstance(e, Literal):
-            return True
-        if isinstance(e, ByteSet):
-            return bool(e.ranges)
-        if isinstance(e, CharSet):
-            return bool(e.codepoint_ranges())
-        if isinstance(e, Seq):
-            return all(derives(i) for i in e.items)
-        if isinstance(e, Choice):
-            return any(derives(i) for i in e.items)
-        if isinstance(e, Repeat):
-            return e.min == 0 or derives(e.item)
-        if isinstance(e, Ref):
-            return e.name in productive
-        return False
-
-    native = _nfa_build is not None and native_paste_enabled()
+    derives = _nfa_build.derives if _nfa_build is not None and native_paste_enabled() \
+        else _derives
     changed = True
     while changed:
         changed = False
         for name, body in rules.items():
             if name in productive:
                 continue
-            if _nfa_build.derives(body, productive) if native else derives(body):
+            if derives(body, productive):
                 productive.add(name)
                 changed = True
     return names <= productive
