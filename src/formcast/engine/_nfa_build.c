@@ -94,7 +94,8 @@ static struct {
 static PyObject *s_items, *s_data, *s_ranges, *s_item, *s_min, *s_max, *s_build_py,
     *s_may_die, *s_nfa, *s_eps, *s_byte_edges, *s_call_edges, *s_name, *s_inlined,
     *s_call_rules, *s_copy_range, *s_utf8_paths, *s_build_lazy_repeat, *s_negated,
-    *s_inline_size, *s_lazy_exits, *s_first, *s_utf8_ids;
+    *s_inline_size, *s_lazy_exits, *s_first, *s_utf8_ids, *s_stubs, *s_lazy_copies,
+    *s_stub_block, *s_size, *s_exit_offset;
 
 /* compact(eps, byte_edges, first, stop, exit): the subset construction of the byte-only NFA
  * fragment [first, stop) (a lazily repeated item, see nfa._Builder._compact_fragment), when
@@ -956,6 +957,8 @@ typedef struct {
     PyObject *utf8_ids; /* builder._utf8_ids: id(char set) -> (char set, its UTF-8 paths) */
     Py_ssize_t max_states, byte_chain_max, lazy_repeat_min; /* nfa.py's limits */
     PyObject *lazy_exits; /* nfa.lazy_exits: while empty, copies are pasted here */
+    PyObject *stubs, *lazy_copies; /* nfa.stubs, nfa.lazy_copies (see nfa.LazyCopy) */
+    int stub_block; /* builder._stub_block: inside a lazily repeated item, no stubs */
 } Build;
 
 static int raise_too_large(void) {
@@ -1138,6 +1141,102 @@ static int build_choice(Build *b, PyObject **items, Py_ssize_t n, Py_ssize_t sta
 static Py_ssize_t copy_range(Build *b, PyObject *first, PyObject *stop, PyObject *old_exit,
                              Py_ssize_t entry);
 
+/* Register state `stub` as standing for a lazy copy of `record` going on to `end`
+ * (nfa.stubs gets it, nfa.lazy_copies what it stands for). */
+static int register_stub(Build *b, Py_ssize_t stub, PyObject *record, Py_ssize_t end) {
+    PyObject *key = PyLong_FromSsize_t(stub);
+    PyObject *to = key ? PyLong_FromSsize_t(end) : NULL;
+    PyObject *value = to ? PyTuple_Pack(2, record, to) : NULL;
+    int bad = !value || PyList_Append(b->stubs, key) < 0 ||
+              PyDict_SetItem(b->lazy_copies, key, value) < 0;
+    Py_XDECREF(key);
+    Py_XDECREF(to);
+    Py_XDECREF(value);
+    return bad ? -1 : 0;
+}
+
+/* _Builder._add_stub: a stub state after `start`, standing for a lazy copy of `record`
+ * going on to `end`. */
+static int add_stub(Build *b, Py_ssize_t start, PyObject *record, Py_ssize_t end) {
+    Py_ssize_t stub = build_new_state(b);
+    if (stub < 0 || add_eps(b, start, stub) < 0) return -1;
+    return register_stub(b, stub, record, end);
+}
+
+static Py_ssize_t copy_range(Build *b, PyObject *first, PyObject *stop, PyObject *old_exit,
+                             Py_ssize_t entry);
+
+/* Inside a lazily repeated item (pasted later from a snapshot, which keeps no stubs), a
+ * copied stub leads to a copy of its fragment pasted now. */
+static int expand_stub(Build *b, Py_ssize_t stub, PyObject *record, Py_ssize_t end) {
+    PyObject *first = PyObject_GetAttr(record, s_first);
+    PyObject *size = first ? PyObject_GetAttr(record, s_size) : NULL;
+    PyObject *offset = size ? PyObject_GetAttr(record, s_exit_offset) : NULL;
+    PyObject *stop = NULL, *old_exit = NULL;
+    int rc = -1;
+    if (!offset) goto done;
+    stop = PyNumber_Add(first, size);
+    old_exit = stop ? PyNumber_Add(first, offset) : NULL;
+    if (!old_exit) goto done;
+    Py_ssize_t entry = build_new_state(b);
+    if (entry < 0) goto done;
+    PyObject *to_entry = PyList_New(1);
+    PyObject *step = to_entry ? PyLong_FromSsize_t(entry - stub) : NULL;
+    if (!step) {
+        Py_XDECREF(to_entry);
+        goto done;
+    }
+    PyList_SET_ITEM(to_entry, 0, step);
+    if (PyList_SetItem(b->eps, stub, to_entry) < 0) goto done;
+    Py_ssize_t exit_ = copy_range(b, first, stop, old_exit, entry);
+    if (exit_ < 0) goto done;
+    rc = add_eps(b, exit_, end);
+done:
+    Py_XDECREF(first);
+    Py_XDECREF(size);
+    Py_XDECREF(offset);
+    Py_XDECREF(stop);
+    Py_XDECREF(old_exit);
+    return rc;
+}
+
+/* _Builder._clone_stubs: the stubs inside [first, stop), registered again `delta` states
+ * on for a copy (nfa.stubs is ascending: a binary search finds the first). */
+static int clone_stubs(Build *b, Py_ssize_t first, Py_ssize_t stop, Py_ssize_t delta) {
+    Py_ssize_t n = PyList_GET_SIZE(b->stubs), lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        Py_ssize_t x = PyLong_AsSsize_t(PyList_GET_ITEM(b->stubs, mid));
+        if (x == -1 && PyErr_Occurred()) return -1;
+        if (x < first) lo = mid + 1; else hi = mid;
+    }
+    for (Py_ssize_t i = lo; i < n; i++) {
+        PyObject *key = PyList_GET_ITEM(b->stubs, i);
+        Py_ssize_t x = PyLong_AsSsize_t(key);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        if (x >= stop) break;
+        PyObject *value = PyDict_GetItemWithError(b->lazy_copies, key);
+        if (!value) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_KeyError, "nfa build: a stub without its lazy copy");
+            return -1;
+        }
+        if (!PyTuple_CheckExact(value) || PyTuple_GET_SIZE(value) != 2) {
+            PyErr_SetString(PyExc_TypeError, "nfa build: lazy copies hold (record, end)");
+            return -1;
+        }
+        Py_ssize_t end = PyLong_AsSsize_t(PyTuple_GET_ITEM(value, 1));
+        if (end == -1 && PyErr_Occurred()) return -1;
+        PyObject *record = PyTuple_GET_ITEM(value, 0);
+        if (!b->stub_block) {
+            if (register_stub(b, x + delta, record, end + delta) < 0) return -1;
+            continue;
+        }
+        if (expand_stub(b, x + delta, record, end + delta) < 0) return -1;
+    }
+    return 0;
+}
+
 /* A rule reference whose rule is inlined already, as _Builder._build_ref does it: a copy of
  * the rule's first fragment (builder._copy_range) between a new entry state and `end`.
  * 1 when done, 0 when the reference needs _build_ref's decisions (first use, rule calls,
@@ -1165,8 +1264,17 @@ static int build_ref_copy(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t en
         rc = recursive < 0 ? -1 : 0;
         goto done;
     }
-    PyObject *first, *old_exit, *stop;
-    if (!PyArg_ParseTuple(built, "OOO", &first, &old_exit, &stop)) goto done;
+    if (!PyTuple_CheckExact(built) || PyTuple_GET_SIZE(built) < 3 ||
+        PyTuple_GET_SIZE(built) > 4) {
+        PyErr_SetString(PyExc_TypeError, "nfa build: _inlined holds (first, exit, stop[, copy])");
+        goto done;
+    }
+    if (PyTuple_GET_SIZE(built) == 4 && !b->stub_block) {
+        rc = add_stub(b, start, PyTuple_GET_ITEM(built, 3), end) < 0 ? -1 : 1;
+        goto done;
+    }
+    PyObject *first = PyTuple_GET_ITEM(built, 0), *old_exit = PyTuple_GET_ITEM(built, 1),
+             *stop = PyTuple_GET_ITEM(built, 2);
     Py_ssize_t entry = build_new_state(b);
     if (entry < 0 || add_eps(b, start, entry) < 0) goto done;
     Py_ssize_t exit_ = copy_range(b, first, stop, old_exit, entry);
@@ -1371,6 +1479,7 @@ static Py_ssize_t copy_range(Build *b, PyObject *first, PyObject *stop, PyObject
         }
         if (paste_range_into(b->eps, b->bytes, b->calls, (long)f, (long)t, (long)x) < 0)
             return -1;
+        if (PyList_GET_SIZE(b->stubs) && clone_stubs(b, f, t, entry - f) < 0) return -1;
         return x + (entry - f);
     }
     PyObject *entry_obj = PyLong_FromSsize_t(entry);
@@ -1513,7 +1622,7 @@ static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
 /* build(builder, (max_states, byte_chain_max, lazy_repeat_min), expr, start, end, path) */
 static PyObject *build(PyObject *self, PyObject *args) {
     (void)self;
-    Build b = {NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, NULL};
+    Build b = {NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
     PyObject *e;
     Py_ssize_t start, end;
     if (!ir.literal) {
@@ -1537,13 +1646,23 @@ static PyObject *build(PyObject *self, PyObject *args) {
     b.bytes = PyObject_GetAttr(nfa, s_byte_edges);
     b.calls = PyObject_GetAttr(nfa, s_call_edges);
     b.lazy_exits = PyObject_GetAttr(nfa, s_lazy_exits);
+    b.stubs = PyObject_GetAttr(nfa, s_stubs);
+    b.lazy_copies = PyObject_GetAttr(nfa, s_lazy_copies);
     Py_DECREF(nfa);
+    PyObject *block = PyObject_GetAttr(b.builder, s_stub_block);
+    if (block) {
+        b.stub_block = PyObject_IsTrue(block);
+        Py_DECREF(block);
+    }
     PyObject *out = NULL;
-    if (b.eps && b.bytes && b.calls && b.lazy_exits) {
+    if (block && b.stub_block >= 0 && b.eps && b.bytes && b.calls && b.lazy_exits && b.stubs &&
+        b.lazy_copies) {
         if (!PyList_Check(b.eps) || !PyList_Check(b.bytes) || !PyList_Check(b.calls) ||
-            !PyDict_Check(b.lazy_exits)) {
+            !PyDict_Check(b.lazy_exits) || !PyList_Check(b.stubs) ||
+            !PyDict_Check(b.lazy_copies)) {
             PyErr_SetString(PyExc_TypeError,
-                            "nfa build: the NFA's edges are lists, its lazy exits a dict");
+                            "nfa build: the NFA's edges and stubs are lists, its lazy exits "
+                            "and copies dicts");
         } else {
             Py_ssize_t size = PyList_GET_SIZE(b.eps);
             if (start < 0 || end < 0 || start >= size || end >= size ||
@@ -1559,6 +1678,8 @@ static PyObject *build(PyObject *self, PyObject *args) {
     Py_XDECREF(b.bytes);
     Py_XDECREF(b.calls);
     Py_XDECREF(b.lazy_exits);
+    Py_XDECREF(b.stubs);
+    Py_XDECREF(b.lazy_copies);
     Py_DECREF(b.utf8_ids);
     return out;
 }
@@ -1948,12 +2069,14 @@ PyMODINIT_FUNC PyInit__nfa_build(void) {
                           &s_may_die, &s_nfa, &s_eps, &s_byte_edges, &s_call_edges, &s_name,
                           &s_inlined, &s_call_rules, &s_copy_range, &s_utf8_paths,
                           &s_build_lazy_repeat, &s_negated, &s_inline_size, &s_lazy_exits,
-                          &s_first, &s_utf8_ids};
+                          &s_first, &s_utf8_ids, &s_stubs, &s_lazy_copies, &s_stub_block,
+                          &s_size, &s_exit_offset};
     const char *texts[] = {"items", "data", "ranges", "item", "min", "max", "_build_py",
                            "may_die", "nfa", "eps", "byte_edges", "call_edges", "name",
                            "_inlined", "call_rules", "_copy_range", "_utf8_paths",
                            "_build_lazy_repeat", "negated", "_inline_size", "lazy_exits",
-                           "first", "_utf8_ids"};
+                           "first", "_utf8_ids", "stubs", "lazy_copies", "_stub_block",
+                           "size", "exit_offset"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *names[i] = PyUnicode_InternFromString(texts[i]);
         if (!*names[i]) return NULL;

@@ -10,7 +10,8 @@ follows the rule in some context, and that is a small set here (``,`` ``}`` ``]`
 whitespace): a token whose next byte is outside it is refused in every context.
 
 The sets over-approximate (a copy of a lazily pasted repetition is taken to go on with the
-first copy or leave), which is safe: a byte wrongly in the set only sends a token to the
+first copy or leave; a lazily pasted copy of a rule, with its first use's continuation or
+its own), which is safe: a byte wrongly in the set only sends a token to the
 exact walk; a byte missing from it would wrongly refuse a token. So every state with a call
 edge counts as a call site, pasted copies included: a copy of an inlined rule calls the same
 rule, but what follows the copy's end is its own (``expr`` inside ``"(" expr ")"`` goes on
@@ -46,7 +47,8 @@ def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[st
     ends = {fragments[name][1]: i for i, name in enumerate(order)}
     starts = [fragments[name][0] for name in order]
     if _nfa_build is not None and nfa.native_paste:
-        lazy = {x: (record.first, record.end) for x, (record, _) in nfa.lazy_exits.items()}
+        lazy = {x: (record.first, record.continuation(done))
+                for x, (record, done) in nfa.lazy_exits.items()}
         packed = np.frombuffer(_nfa_build.follow_sets(
             nfa.eps, nfa.byte_edges, nfa.call_edges, live, starts, ends, index, lazy),
             dtype=np.uint8)
@@ -69,7 +71,7 @@ def follow_bytes(nfa: NFA, fragments: dict[str, tuple[int, int]], order: list[st
             lazy = nfa.lazy_exits.get(x)
             if lazy is not None:  # any copy starts like the first; or the repetition ends
                 record = lazy[0]
-                following += [record.first, record.end]
+                following += [record.first, record.continuation(lazy[1])]
             for lo, hi, d in nfa.byte_edges[x]:
                 if live[x + d]:
                     out |= (2 << hi) - (1 << lo)

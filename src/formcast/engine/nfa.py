@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import os
 import weakref
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -70,6 +71,9 @@ BYTE_CHAIN_MAX = 64
 # has at most this many NFA states: beyond, trying costs more than a copy saves.
 COMPACT_MAX_STATES = 256  # also the most _nfa_build.compact takes
 MAX_NFA_STATES = 2_000_000
+# A further use of an inlined rule whose fragment has at least this many states, plain bytes
+# only, is pasted lazily (see LazyCopy): JSON's whitespace between tokens, 27 states a gap.
+LAZY_COPY_MIN = 12
 # Shared edge containers of a literal's inner states (see _Builder._build_literal).
 _NO_EDGES: tuple = ()
 _STEP_ONE = [((b, b, 1),) for b in range(256)]
@@ -85,8 +89,14 @@ class NFA:
     eps: list[list[int]] = field(default_factory=list)
     byte_edges: list[list[tuple[int, int, int]]] = field(default_factory=list)
     call_edges: list[list[tuple[int, int]]] = field(default_factory=list)
-    # exit state of a lazily copied repetition -> (the repetition, how many copies end there)
-    lazy_exits: dict[int, tuple[LazyRepeat, int]] = field(default_factory=dict)
+    # exit state of a lazily copied repetition -> (the repetition, how many copies end there);
+    # after building, also a lazy copy's stub state -> (the copy's fragment, its continuation)
+    lazy_exits: dict[int, tuple[LazyRepeat | LazyCopy, int]] = field(default_factory=dict)
+    # While building, the lazy copies' stub states (ascending) and what each stands for
+    # (build_nfa moves them into lazy_exits): kept apart so that the checks for lazy
+    # repetitions inside a copied range do not meet a stub in every fragment.
+    stubs: list[int] = field(default_factory=list)
+    lazy_copies: dict[int, tuple[LazyCopy, int]] = field(default_factory=dict)
     # state inside a copy of a lazy repetition -> (the repetition, copy index); its offset in
     # the copy is the state minus LazyRepeat.entry_of(copy index)
     copy_of: CopyOwners = field(default_factory=lambda: CopyOwners())
@@ -257,6 +267,61 @@ def _frozen_range(nfa: NFA, first: int, stop: int, exit_: int) -> list[tuple]:
     return out
 
 
+class LazyCopy:
+    """A further use of an inlined rule, pasted when the DFA construction first reaches it.
+
+    A JSON Schema puts the whitespace rule (27 NFA states) between every two tokens: four
+    gaps a member, 23-57% of a schema's NFA states, each an eager copy. A use becomes a stub
+    state instead, registered in ``lazy_exits`` with the state it goes on to; ``successors``
+    pastes the fragment there the first time the stub is reached (a generation reaches only
+    the gaps it passes), and reuses that paste for another stub with the same continuation.
+    Only fragments of plain bytes qualify: no rule calls (FOLLOW sets are computed before any
+    lazy paste, so a pasted call site would be missed), no lazy repetitions or stubs inside,
+    and nothing that matches nothing (every state of the fragment reaches its exit, so a
+    paste is live wherever its stub is)."""
+
+    __slots__ = ("_nfa", "first", "exit_offset", "size", "live_list", "_entries")
+
+    def __init__(self, nfa: NFA, first: int, exit_: int, stop: int) -> None:
+        self._nfa = weakref.ref(nfa)  # the NFA holds this record: no cycle
+        self.first = first
+        self.exit_offset = exit_ - first
+        self.size = stop - first
+        self.live_list: list[bool] | None = None  # the automaton's liveness, grown by pastes
+        self._entries: dict[int, int] = {}  # continuation -> the paste going on to it
+
+    def continuation(self, done: int) -> int:
+        """Where a stub registered with ``done`` goes on to after the fragment."""
+        return done
+
+    def successors(self, done: int) -> list[int]:
+        """The first state of the fragment's copy that goes on to state ``done``."""
+        got = self._entries.get(done)
+        if got is not None:
+            return [got]
+        nfa = self._nfa()
+        if nfa is None:
+            raise ReferenceError("the NFA of a lazy copy is gone")
+        first, stop = self.first, self.first + self.size
+        exit_ = first + self.exit_offset
+        entry = nfa.new_state()
+        if len(nfa.eps) + self.size > MAX_NFA_STATES:
+            raise _too_large()
+        if _determinise is not None and nfa.native_paste:
+            _determinise.paste_range(nfa.eps, nfa.byte_edges, nfa.call_edges, first, stop,
+                                     exit_)
+        else:
+            _paste_edges(nfa, _frozen_range(nfa, first, stop, exit_), entry, self.exit_offset)
+        copy_exit = entry + self.exit_offset
+        nfa.eps[copy_exit].append(done - copy_exit)
+        if self.live_list is not None:
+            # Every state of the fragment reaches its exit, and the stub is entered only
+            # when its continuation is live.
+            self.live_list.extend(repeat(True, self.size))
+        self._entries[done] = entry
+        return [entry]
+
+
 class LazyRepeat:
     """``item{min,max}`` with a large ``max``: one copy is built, the others when first needed.
 
@@ -379,6 +444,10 @@ class LazyRepeat:
         # One shared (record, copy) value for the whole range, set in C loops: a copy of a
         # large item registers hundreds of states (the offset is the state minus the entry).
         self.nfa.copy_of.register(entry, entry + len(self.edges), (self, index))
+
+    def continuation(self, done: int) -> int:
+        """Where the repetition goes on to once it is done (``done`` is a copy count)."""
+        return self.end
 
     def successors(self, done: int) -> list[int]:
         """States reached by epsilon from the exit of copy ``done - 1``."""
@@ -615,6 +684,10 @@ class _Builder:
         # the C builder's memo of the same by identity: id -> (char set, paths)
         self._utf8_ids: dict[int, tuple[CharSet, list[list[tuple[int, int]]]]] = {}
         self.lazy_repeats: list[LazyRepeat] = []
+        self.lazy_copies: list[LazyCopy] = []
+        # Above zero while a lazily repeated item is built: its copies are pasted from a
+        # snapshot (or compacted), which holds no stubs, so rules inside are copied eagerly.
+        self._stub_block = 0
         self._lazy_memo: dict[tuple[int, int], list[tuple[int, LazyRepeat, int]]] = {}
         # inlined rule -> its first fragment (first, exit, stop)
         self._inlined: dict[str, tuple] = {}
@@ -892,9 +965,15 @@ class _Builder:
         if e.min == 0:
             nfa.eps[start].append(end - start)
         exit_ = nfa.new_state()
-        self._build(e.item, first, exit_, path)
+        self._stub_block += 1
+        try:
+            self._build(e.item, first, exit_, path)
+        finally:
+            self._stub_block -= 1
         exit_ = self._compact_fragment(first, exit_)
         stop = len(nfa.eps)
+        if self._stubs_inside(first, stop):
+            raise AssertionError("a lazily repeated item holds a lazy copy's stub")
         edges = _frozen_range(nfa, first, stop, exit_)
         inner = [(rec, x - rec.first) for x, (rec, done) in nfa.lazy_exits.items()
                  if first <= x < stop and done == 1 and first <= rec.first < stop]
@@ -915,7 +994,7 @@ class _Builder:
         """
         nfa = self.nfa
         stop = len(nfa.eps)
-        if stop - first > COMPACT_MAX_STATES or \
+        if stop - first > COMPACT_MAX_STATES or self._stubs_inside(first, stop) or \
                 any(nfa.call_edges[x] for x in range(first, stop)) or \
                 any(first <= x < stop for x in nfa.lazy_exits):
             return exit_
@@ -958,7 +1037,28 @@ class _Builder:
         else:
             _paste_edges(nfa, _frozen_range(nfa, first, stop, exit_), entry, exit_ - first)
         self._clone_lazy_inside(first, stop, delta)
+        self._clone_stubs(first, stop, delta)
         return exit_ + delta
+
+    def _clone_stubs(self, first: int, stop: int, delta: int) -> None:
+        """Register, for a copy ``delta`` states on, the stubs inside ``[first, stop)``
+        (their continuations lie inside too: a stub goes on within its fragment)."""
+        nfa = self.nfa
+        stubs = nfa.stubs
+        lo, hi = bisect_left(stubs, first), bisect_left(stubs, stop)
+        for x in stubs[lo:hi]:
+            record, end = nfa.lazy_copies[x]
+            if not self._stub_block:
+                stubs.append(x + delta)
+                nfa.lazy_copies[x + delta] = (record, end + delta)
+                continue
+            # Inside a lazily repeated item (pasted later from a snapshot, which keeps no
+            # stubs): the copy's stub leads to a copy of the fragment pasted now.
+            entry = nfa.new_state()
+            nfa.eps[x + delta] = [entry - (x + delta)]
+            exit_ = self._copy_range(record.first, record.first + record.size,
+                                     record.first + record.exit_offset, entry)
+            nfa.eps[exit_].append(end + delta - exit_)
 
     def _clone_lazy_inside(self, first: int, stop: int, delta: int) -> None:
         """Register, for a copy ``delta`` states on, the lazy repetitions inside ``[first,
@@ -993,18 +1093,52 @@ class _Builder:
             self.nfa.call_sites.append(start)
             return
         nfa = self.nfa
+        built = self._inlined.get(name)
+        if built is not None and len(built) == 4 and not self._stub_block:
+            self._add_stub(start, built[3], end)
+            return
         entry = nfa.new_state()
         nfa.eps[start].append(entry - start)
-        built = self._inlined.get(name)
         if built is None:
             exit_ = nfa.new_state()
+            dying = self.may_die
             self._build(self.rules[name], entry, exit_, path + (name,))
-            self._inlined[name] = (entry, exit_, len(nfa.eps))
+            stop = len(nfa.eps)
+            if not self._stub_block and not (self.may_die and not dying) and \
+                    self._plain_fragment(entry, stop):
+                record = LazyCopy(nfa, entry, exit_, stop)
+                self.lazy_copies.append(record)
+                self._inlined[name] = (entry, exit_, stop, record)
+            else:
+                self._inlined[name] = (entry, exit_, stop)
         else:
             # Inlined before: copy that fragment (about 5x cheaper than building it again).
-            first, old_exit, stop = built
+            first, old_exit, stop = built[:3]
             exit_ = self._copy_range(first, stop, old_exit, entry)
         nfa.eps[exit_].append(end - exit_)
+
+    def _plain_fragment(self, first: int, stop: int) -> bool:
+        """Whether the fragment ``[first, stop)`` may be copied lazily (see LazyCopy): big
+        enough to be worth a stub, with no rule calls, lazy repetitions or stubs inside."""
+        nfa = self.nfa
+        if stop - first < LAZY_COPY_MIN or any(nfa.call_edges[first:stop]):
+            return False
+        return not any(first <= x < stop for x in nfa.lazy_exits) and \
+            not self._stubs_inside(first, stop)
+
+    def _stubs_inside(self, first: int, stop: int) -> bool:
+        stubs = self.nfa.stubs
+        i = bisect_left(stubs, first)
+        return i < len(stubs) and stubs[i] < stop
+
+    def _add_stub(self, start: int, record: LazyCopy, end: int) -> None:
+        """A stub state after ``start`` standing for a copy of ``record`` going on to
+        ``end``."""
+        nfa = self.nfa
+        stub = nfa.new_state()
+        nfa.eps[start].append(stub - start)
+        nfa.stubs.append(stub)
+        nfa.lazy_copies[stub] = (record, end)
 
 
 # ----------------------------------------------------------------------------- liveness
@@ -1064,9 +1198,10 @@ def _live_nfa_states(nfa: NFA, fragments: dict[str, tuple[int, int]],
             reverse[s + d].append(s)
         for name, d in nfa.call_edges[s]:
             call_reverse[s + d].append((name, s))
-    for x, (record, _) in nfa.lazy_exits.items():
-        # Stand-in for "the remaining copies, then the end": every copy is alike.
-        reverse[record.end].append(x)
+    for x, (record, done) in nfa.lazy_exits.items():
+        # Stand-in for "the remaining copies, then the end" (every copy is alike), or for a
+        # lazy copy's fragment, which every state of it crosses.
+        reverse[record.continuation(done)].append(x)
     starts = {fragments[name][0]: name for name in order}
     live = [False] * n
     productive: set[str] = set()
@@ -1121,6 +1256,7 @@ def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[s
             order.append(name)
             fragments[name] = builder.build_rule(name)
     nfa = builder.nfa
+    nfa.lazy_exits.update(nfa.lazy_copies)
     # The builder's C entry points are partials holding the builder: drop them, or the
     # builder is a reference cycle left to the collector after every compile.
     vars(builder).pop("_build", None)
@@ -1133,6 +1269,8 @@ def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[s
         live = [True] * len(nfa.eps)
     for record in builder.lazy_repeats:
         record.bind_liveness(live)
+    for copy in builder.lazy_copies:
+        copy.live_list = live
     if _determinise is not None and nfa.native_paste:
         # Edge lists hold ints and tuples only; see ``untrack`` in _determinise.c.
         _determinise.untrack(0, nfa.eps, [live])

@@ -1,0 +1,85 @@
+"""Further uses of a plain-bytes inlined rule (JSON's whitespace between tokens) are pasted
+when the DFA construction first reaches them (``nfa.LazyCopy``): the language and every mask
+stay what the eager copies gave, at a fraction of the compile's NFA states."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from formcast.engine import nfa as nfa_module
+from formcast.engine.matcher import CompiledGrammar, Matcher
+from formcast.engine.nfa import LazyCopy, build_nfa
+from formcast.grammar.ir import Grammar
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL_CALL = json.loads((ROOT / "benchmarks/grammars/schema/tool_call.schema.json").read_text())
+
+# `pair` holds a stub (its second `ws`); the lazily repeated `("," pair){0,12}` copies `pair`
+# into an item that is itself pasted on demand from a snapshot, which keeps no stubs.
+NESTED = 'root ::= pair ("," pair){0,12}\npair ::= "(" ws "a" ws ")"\nws ::= [ ]{0,15}\n'
+
+
+def _uncached_matcher(grammar: Grammar, vocab) -> Matcher:
+    CompiledGrammar._compiled.clear()
+    CompiledGrammar._automata.clear()
+    return Matcher(grammar, vocab)
+
+
+def test_schema_whitespace_gaps_are_stubs() -> None:
+    grammar = Grammar.from_json_schema(TOOL_CALL, strict=False, cache=None)
+    nfa, *_ = build_nfa(grammar)
+    stubs = [x for x, (record, _) in nfa.lazy_exits.items() if isinstance(record, LazyCopy)]
+    assert len(stubs) > 20  # every gap after the first whitespace rule's own
+    assert len(nfa.eps) < 1000  # where eager copies made ~2,500 states
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["native", "python"])
+def test_copies_inside_a_lazily_repeated_item_keep_their_whitespace(monkeypatch, smollm2_vocab,
+                                                                    pure) -> None:
+    if pure:
+        monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
+    grammar = Grammar.from_gbnf(NESTED)
+
+    def accepts(text: bytes) -> bool:
+        matcher = _uncached_matcher(grammar, smollm2_vocab)
+        return matcher.accept_bytes(text) and matcher.is_accepting()
+
+    items = ",".join(f"({' ' * (i % 16)}a{' ' * (15 - i % 16)})" for i in range(13))
+    assert accepts(items.encode())
+    assert accepts(b"(a),( a ),(a ),(  a),(a)")
+    assert not accepts(b"(a),(" + b" " * 16 + b"a)")  # the bound holds in copies too
+    assert not accepts(b",".join([b"(a)"] * 14))
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["native", "python"])
+def test_masks_equal_the_eager_copies(monkeypatch, smollm2_vocab, smollm2_encode, pure) -> None:
+    """Every mask along a pretty-printed tool call, lazy copies against eager ones."""
+    if pure:
+        monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
+    grammar = Grammar.from_json_schema(TOOL_CALL, strict=False, cache=None)
+    sample = (ROOT / "benchmarks/grammars/schema/tool_call.samples.txt").read_text()
+    first = sample.split("\n")[1]  # the first sample, after the comment line
+    tokens = smollm2_encode(json.dumps(json.loads(first), indent=2))  # a gap at every turn
+
+    def masks() -> list[np.ndarray]:
+        matcher = _uncached_matcher(grammar, smollm2_vocab)
+        out = []
+        for token in tokens:
+            out.append(matcher.next_token_mask().copy())
+            assert matcher.accept_token(token)
+        out.append(matcher.next_token_mask().copy())
+        assert matcher.is_accepting()
+        return out
+
+    lazy = masks()
+    monkeypatch.setattr(nfa_module, "LAZY_COPY_MIN", 10**9)
+    eager = masks()
+    CompiledGrammar._compiled.clear()
+    CompiledGrammar._automata.clear()
+    assert len(lazy) == len(eager) > 50
+    for step, (a, b) in enumerate(zip(lazy, eager, strict=True)):
+        assert np.array_equal(a, b), f"step {step}"
