@@ -37,6 +37,21 @@ def test_schema_whitespace_gaps_are_stubs() -> None:
     assert len(nfa.eps) < 1000  # where eager copies made ~2,500 states
 
 
+def test_a_rule_holding_stubs_is_copied_lazily_with_them(smollm2_vocab) -> None:
+    # `pair` holds a whitespace stub; its second use is itself a stub, whose paste brings
+    # stubs of its own.
+    grammar = Grammar.from_gbnf('root ::= pair ";" pair\npair ::= "(" ws "ab" ws ")"\n'
+                                'ws ::= [ ]{0,15}\n')
+    nfa, *_ = build_nfa(grammar)
+    copies = {x: record for x, (record, _) in nfa.lazy_exits.items()}
+    pair = [r for r in copies.values() if r.stubs]
+    assert len(pair) == 1 and len(pair[0].stubs) == 1
+    for text, ok in [(b"( ab );(ab  )", True), (b"(ab);(" + b" " * 15 + b"ab)", True),
+                     (b"(ab);(" + b" " * 16 + b"ab)", False), (b"(ab);(ab", False)]:
+        matcher = _uncached_matcher(grammar, smollm2_vocab)
+        assert (matcher.accept_bytes(text) and matcher.is_accepting()) is ok, text
+
+
 @pytest.mark.parametrize("pure", [False, True], ids=["native", "python"])
 def test_copies_inside_a_lazily_repeated_item_keep_their_whitespace(monkeypatch, smollm2_vocab,
                                                                     pure) -> None:
@@ -56,13 +71,17 @@ def test_copies_inside_a_lazily_repeated_item_keep_their_whitespace(monkeypatch,
 
 
 @pytest.mark.parametrize("pure", [False, True], ids=["native", "python"])
-def test_masks_equal_the_eager_copies(monkeypatch, smollm2_vocab, smollm2_encode, pure) -> None:
-    """Every mask along a pretty-printed tool call, lazy copies against eager ones."""
+@pytest.mark.parametrize("name", ["tool_call", "invoice"])
+def test_masks_equal_the_eager_copies(monkeypatch, smollm2_vocab, smollm2_encode, pure,
+                                      name) -> None:
+    """Every mask along a pretty-printed sample, lazy copies against eager ones (the invoice's
+    buyer is a lazy copy of its seller, whitespace stubs inside)."""
     if pure:
         monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
-    grammar = Grammar.from_json_schema(TOOL_CALL, strict=False, cache=None)
-    sample = (ROOT / "benchmarks/grammars/schema/tool_call.samples.txt").read_text()
-    first = sample.split("\n")[1]  # the first sample, after the comment line
+    schema = json.loads((ROOT / f"benchmarks/grammars/schema/{name}.schema.json").read_text())
+    grammar = Grammar.from_json_schema(schema, strict=False, cache=None)
+    sample = (ROOT / f"benchmarks/grammars/schema/{name}.samples.txt").read_text()
+    first = sample.split("\n%%\n")[0].split("\n", 1)[1]  # after the comment line
     tokens = smollm2_encode(json.dumps(json.loads(first), indent=2))  # a gap at every turn
 
     def masks() -> list[np.ndarray]:

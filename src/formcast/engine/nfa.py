@@ -275,18 +275,22 @@ class LazyCopy:
     state instead, registered in ``lazy_exits`` with the state it goes on to; ``successors``
     pastes the fragment there the first time the stub is reached (a generation reaches only
     the gaps it passes), and reuses that paste for another stub with the same continuation.
-    Only fragments of plain bytes qualify: no rule calls (FOLLOW sets are computed before any
-    lazy paste, so a pasted call site would be missed), no lazy repetitions or stubs inside,
+    Only fragments of plain bytes and stubs qualify: no rule calls (FOLLOW sets are computed
+    before any lazy paste, so a pasted call site would be missed), no lazy repetitions inside,
     and nothing that matches nothing (every state of the fragment reaches its exit, so a
     paste is live wherever its stub is)."""
 
-    __slots__ = ("_nfa", "first", "exit_offset", "size", "live_list", "_entries")
+    __slots__ = ("_nfa", "first", "exit_offset", "size", "stubs", "live_list", "_entries")
 
-    def __init__(self, nfa: NFA, first: int, exit_: int, stop: int) -> None:
+    def __init__(self, nfa: NFA, first: int, exit_: int, stop: int,
+                 stubs: list[tuple[int, LazyCopy, int]]) -> None:
         self._nfa = weakref.ref(nfa)  # the NFA holds this record: no cycle
         self.first = first
         self.exit_offset = exit_ - first
         self.size = stop - first
+        # Stubs inside the fragment (a party object's whitespace gaps), relative to its
+        # first state: (stub, its fragment, its continuation); each paste registers its own.
+        self.stubs = stubs
         self.live_list: list[bool] | None = None  # the automaton's liveness, grown by pastes
         self._entries: dict[int, int] = {}  # continuation -> the paste going on to it
 
@@ -314,6 +318,8 @@ class LazyCopy:
             _paste_edges(nfa, _frozen_range(nfa, first, stop, exit_), entry, self.exit_offset)
         copy_exit = entry + self.exit_offset
         nfa.eps[copy_exit].append(done - copy_exit)
+        for stub, record, to in self.stubs:
+            nfa.lazy_exits[entry + stub] = (record, entry + to)
         if self.live_list is not None:
             # Every state of the fragment reaches its exit, and the stub is entered only
             # when its continuation is live.
@@ -1106,7 +1112,7 @@ class _Builder:
             stop = len(nfa.eps)
             if not self._stub_block and not (self.may_die and not dying) and \
                     self._plain_fragment(entry, stop):
-                record = LazyCopy(nfa, entry, exit_, stop)
+                record = LazyCopy(nfa, entry, exit_, stop, self._stubs_in(entry, stop))
                 self.lazy_copies.append(record)
                 self._inlined[name] = (entry, exit_, stop, record)
             else:
@@ -1119,12 +1125,20 @@ class _Builder:
 
     def _plain_fragment(self, first: int, stop: int) -> bool:
         """Whether the fragment ``[first, stop)`` may be copied lazily (see LazyCopy): big
-        enough to be worth a stub, with no rule calls, lazy repetitions or stubs inside."""
+        enough to be worth a stub, with no rule calls or lazy repetitions inside."""
         nfa = self.nfa
         if stop - first < LAZY_COPY_MIN or any(nfa.call_edges[first:stop]):
             return False
-        return not any(first <= x < stop for x in nfa.lazy_exits) and \
-            not self._stubs_inside(first, stop)
+        return not any(first <= x < stop for x in nfa.lazy_exits)
+
+    def _stubs_in(self, first: int, stop: int) -> list[tuple[int, LazyCopy, int]]:
+        """The stubs inside ``[first, stop)``, relative to ``first`` (see LazyCopy.stubs)."""
+        stubs, copies = self.nfa.stubs, self.nfa.lazy_copies
+        out = []
+        for x in stubs[bisect_left(stubs, first):bisect_left(stubs, stop)]:
+            record, end = copies[x]
+            out.append((x - first, record, end - first))
+        return out
 
     def _stubs_inside(self, first: int, stop: int) -> bool:
         stubs = self.nfa.stubs
