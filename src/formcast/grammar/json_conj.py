@@ -216,6 +216,15 @@ class Conj:
             self.types = normalize_types(expand_types(self.types) & expand_types(types))
 
     def add_values(self, values: list[Any]) -> None:
+        if all(isinstance(v, str) for v in values):
+            # A string enum (hundreds of country codes): strings are equal under JSON Schema
+            # exactly when they are equal, and never equal a value of another type.
+            if self.values is None:
+                self.values = list(dict.fromkeys(values))
+            else:
+                strings = set(values)
+                self.values = [v for v in self.values if isinstance(v, str) and v in strings]
+            return
         if self.values is None:
             seen: set[Any] = set()
             self.values = []

@@ -637,17 +637,22 @@ class SchemaCompiler:
     def _finite(self, conj: Conj) -> Expr:
         assert conj.values is not None
         keep = []
-        valid = self.checker(conj)
         dfas, excluded = conj.string_dfas, conj.excluded_numbers
-        for v in conj.values:
-            if isinstance(v, str):
-                if dfas and not all(d.accepts(v) for d in dfas):
+        if not dfas and not self._checked_sources(conj) and \
+                all(isinstance(v, str) for v in conj.values) and \
+                (conj.types is None or "string" in conj.types):
+            keep = list(conj.values)  # a string enum nothing else constrains: every value
+        else:
+            valid = self.checker(conj)
+            for v in conj.values:
+                if isinstance(v, str):
+                    if dfas and not all(d.accepts(v) for d in dfas):
+                        continue
+                elif excluded and json_type(v) in ("number", "integer") and any(
+                        to_decimal(v) == x for x in excluded):
                     continue
-            elif excluded and json_type(v) in ("number", "integer") and any(
-                    to_decimal(v) == x for x in excluded):
-                continue
-            if valid(v):
-                keep.append(v)
+                if valid(v):
+                    keep.append(v)
         if not keep:
             return NOTHING
         if all(type(v) is str for v in keep):
@@ -659,6 +664,14 @@ class SchemaCompiler:
         limit = 5 if self.options.property_order == "any" else 0
         return union(value_literal(v, self.ws, limit) for v in keep)
 
+    @staticmethod
+    def _checked_sources(conj: Conj) -> list[tuple[Any, Any]]:
+        """The source schemas of ``conj`` a value must still be validated against: those with
+        a constraint other than enum, const and type (applied when the values were listed)."""
+        return [(schema, loc) for schema, loc in conj.sources if not (
+            isinstance(schema, dict) and all(
+                k in ("enum", "const", "type") or k not in CONSTRAINTS for k in schema))]
+
     def checker(self, conj: Conj) -> Callable[[Any], bool]:
         """Whether a value satisfies every source schema of ``conj`` (by ``jsonschema``), as a
         function: what does not depend on the value is worked out once (a 700-value enum spent
@@ -669,9 +682,7 @@ class SchemaCompiler:
         cost jsonschema's quadratic enum check)."""
         types = None if conj.types is None else (
             expand_types(conj.types) | ({"number"} if "number" in conj.types else set()))
-        checked = [(schema, loc) for schema, loc in conj.sources if not (
-            isinstance(schema, dict) and all(
-                k in ("enum", "const", "type") or k not in CONSTRAINTS for k in schema))]
+        checked = self._checked_sources(conj)
 
         def valid(value: Any) -> bool:
             if types is not None and json_type(value) not in types:

@@ -373,6 +373,7 @@ def char_forms_cached(ranges: Ranges, u_all: Expr | None = None) -> Expr:
 
 
 _PLAIN_RUN = re.compile(r'[ !#-.0-\[\]-~]+')  # printable ASCII but quote, backslash, slash
+_PLAIN_RUNS = re.compile(r'[ !#-.0-\[\]-~]+(?:\x00[ !#-.0-\[\]-~]+)*')  # of them, NUL-joined
 
 
 def string_content(text: str) -> Expr:
@@ -412,6 +413,10 @@ def string_union(texts: list[str]) -> Expr:
     ``string_literal``: a string enum of hundreds of values (country codes) is the common
     case, and going through ``value_literal`` and ``union`` cost twice as much a value.
     Distinct strings have distinct spellings, so nothing needs de-duplicating."""
+    if len(texts) > 1 and _PLAIN_RUNS.fullmatch("\x00".join(texts)):
+        # All plain (the common case): quote and encode them in one go.
+        spelled = ('"' + '"\x00"'.join(texts) + '"').encode("ascii").split(b"\x00")
+        return Choice(tuple(map(Literal, spelled)))
     plain = _PLAIN_RUN.fullmatch
     alts = tuple(Literal(b'"' + t.encode("ascii") + b'"') if plain(t) else string_literal(t)
                  for t in texts)
