@@ -219,7 +219,7 @@ def warm_up(engine: Engine, workload: Workload) -> str | None:
         compiled = engine.compile(workload)
         bitmask = engine.allocate()
         matcher = engine.new_matcher(compiled)
-        for token_id in workload.tokens[0][:8]:
+        for token_id in workload.tokens[0]:
             engine.fill_mask(matcher, bitmask)
             engine.accept(matcher, token_id)
     except Exception as exc:  # noqa: BLE001
