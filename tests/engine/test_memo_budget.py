@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from formcast.engine import memo_budget
-from formcast.engine.mask_cache import MaskCache
+from formcast.engine.mask_cache import MaskCache, pack_bits, set_bits
 from formcast.engine.matcher import Matcher
 from formcast.engine.memo_budget import MemoBudget, MemoStore
 from formcast.engine.vocab import Vocabulary
@@ -92,3 +92,20 @@ def test_default_budget_is_shared_by_default():
     vocab = Vocabulary.from_tokens([b"", b"a"], eos_ids=[0])
     compiled = Matcher(Grammar.from_regex("a+"), vocab).compiled
     assert compiled.masks.budget is memo_budget.default_budget
+
+
+@pytest.mark.parametrize("count", [1, 2, 15, 16, 300])
+@pytest.mark.parametrize("value", [True, False])
+def test_set_bits_matches_a_bool_mask(count: int, value: bool) -> None:
+    """The EOS bits of an accepting state's mask (one or two ids, set one by one) and large
+    id sets (set by numpy) land on the same bits a bool mask packs to, duplicates included."""
+    rng = np.random.default_rng(count)
+    size = 1000
+    start = rng.random(size) < 0.5
+    ids = rng.integers(0, size, count)
+    ids = np.concatenate([ids, ids[:1]])  # a repeated id
+    bits = pack_bits(start, 128)
+    set_bits(bits, ids, value)
+    expected = start.copy()
+    expected[ids] = value
+    assert np.array_equal(bits, pack_bits(expected, 128))
