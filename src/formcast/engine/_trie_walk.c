@@ -318,7 +318,13 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* The walk itself: (pending triples, needing ids, deepest byte), or NULL with an exception. */
+static int cmp_int64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The walk itself: (pending triples, the trie rows of tokens needing the context, sorted,
+ * deepest byte), or NULL with an exception. */
 static PyObject *run_walk(const Walk *w) {
     int32_t *table = w->table;
     uint8_t *filled = w->filled, *finishes = w->finishes;
@@ -353,7 +359,9 @@ static PyObject *run_walk(const Walk *w) {
     const uint64_t *premarked_first = w->premarked_first;
     Py_ssize_t pending_cap = 64, n_pending = 0;
     int64_t *pending = malloc(sizeof(int64_t) * 3 * (size_t)pending_cap);
-    /* Tokens needing the context are few: collected as ids, not marked in an array. */
+    /* Tokens needing the context are few: collected as trie rows, not marked in an array
+     * (rows, not ids: the exact walk that decides them goes by rows, and turning ids back
+     * into rows took numpy 15-20 us in a cold several-frame mask). */
     Py_ssize_t needs_cap = 64, n_needs = 0;
     int64_t *needs = malloc(sizeof(int64_t) * (size_t)needs_cap);
     if (!st_state || !st_flag || !st_ends || !st_in || !st_olen || !outer || !pending || !needs) {
@@ -397,7 +405,7 @@ static PyObject *run_walk(const Walk *w) {
             needs = more;                                                \
             needs_cap *= 2;                                              \
         }                                                                \
-        needs[n_needs++] = ids[r];                                       \
+        needs[n_needs++] = r;                                            \
     }
 /* Build state s's row on the spot when a Core is given (see ensure_row). */
 #define FILL_INLINE(s)                                                   \
@@ -537,6 +545,16 @@ static PyObject *run_walk(const Walk *w) {
         if (bad == 3) return NULL; /* raised while building a state */
         PyErr_SetString(PyExc_IndexError, "trie walk: node, row or state id out of range");
         return NULL;
+    }
+    /* A depth-first walk meets rows in order; a walk resumed from pending nodes may not. */
+    int sorted_rows = 1;
+    for (Py_ssize_t i = 1; i < n_needs && sorted_rows; i++) sorted_rows = needs[i - 1] < needs[i];
+    if (!sorted_rows && n_needs > 1) {
+        qsort(needs, (size_t)n_needs, sizeof(int64_t), cmp_int64);
+        Py_ssize_t kept = 1;
+        for (Py_ssize_t i = 1; i < n_needs; i++)
+            if (needs[i] != needs[kept - 1]) needs[kept++] = needs[i];
+        n_needs = kept;
     }
     PyObject *result = Py_BuildValue("y#y#i", (const char *)pending,
                                      (Py_ssize_t)(sizeof(int64_t) * 3 * n_pending),
@@ -985,8 +1003,8 @@ static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(table, filled, finishes, nodes, subtree_bytes, ids, chain, outside_bytes, pending_in, "
      "allowed, only_rows, follow, maxlen[, core[, context[, fold]]]) -> (bytes "
-     "of int64 (node, state, flag) triples that stopped at unfilled rows, bytes of int64 ids "
-     "of tokens that need the context, deepest byte looked at); allowed token ids get their bit "
+     "of int64 (node, state, flag) triples that stopped at unfilled rows, bytes of the int64 "
+     "trie rows (sorted) of tokens that need the context, deepest byte looked at); allowed token ids get their bit "
      "set in allowed (bit t % 8 of byte t // 8); with a determiniser Core, one-frame states are "
      "built on the way, and with the DenseStates context every other state too"},
     {"cold_walk", cold_walk, METH_VARARGS,

@@ -86,7 +86,9 @@ class StateVerdict(NamedTuple):
     """
 
     allowed: np.ndarray  # uint8 bits: tokens consumable without leaving q's frame
-    needs_context: np.ndarray  # token ids that can only go on by returning below q's frame
+    # the trie rows (sorted, not token ids) of tokens that can only go on by returning below
+    # q's frame: the exact walk that decides them takes rows
+    needs_context: np.ndarray
     depth: int = 1 << 30  # the verdict holds for any state alike for this many bytes
 
 
@@ -191,7 +193,9 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
         pending = np.frombuffer(raw, dtype=np.int64)
         dense.fit_numbered()  # the walk may have numbered states past the table
         dense.ensure_rows(pending[1::3])
-    got = StateVerdict(allowed, np.frombuffer(b"".join(needs), dtype=np.int64), depth)
+    rows = np.frombuffer(b"".join(needs), dtype=np.int64)
+    # Each walk call reports its rows sorted; a walk resumed from pending nodes made several.
+    got = StateVerdict(allowed, sorted_unique(rows) if len(needs) > 1 else rows, depth)
     if fold and long_rows.size:
         extra = walk_long_rows(dense, table, base, long_rows, follow)
         got = replace_rows(got, extra, long_rows, int(chain.size), trie)
@@ -242,7 +246,7 @@ def replace_rows(got: StateVerdict, extra: StateVerdict, rows: np.ndarray, short
     allowed |= extra.allowed
     needs = got.needs_context
     if needs.size:
-        needs = needs[trie.id_lens[needs] < shorter]
+        needs = needs[trie.lens[needs] < shorter]
     if extra.needs_context.size:
         needs = sorted_unique(np.concatenate((needs, extra.needs_context)))
     return StateVerdict(allowed, needs, max(got.depth, extra.depth))
@@ -321,8 +325,8 @@ def classify_tokens_numpy(dense: DenseStates, table: TokenTable, base: int,
     From a one-frame state ``{(q,)}`` this is context-free: calls entered mid-token are
     followed, and a token that passes a point where ``q``'s own frame could finish, with a
     byte in ``follow`` next (default: any), and cannot go on otherwise, is reported in
-    ``needs_context``. From a full parser state the walk is exact and ``needs_context`` holds
-    only tokens that would go on past the end of the root.
+    ``needs_context`` (by trie row). From a full parser state the walk is exact and
+    ``needs_context`` holds only tokens that would go on past the end of the root.
     """
     follow = np.ones(256, dtype=bool) if follow is None else follow.astype(bool)
     trie = table.trie
@@ -385,8 +389,8 @@ def classify_tokens_numpy(dense: DenseStates, table: TokenTable, base: int,
             break
     allowed = np.zeros(table.size, dtype=bool)
     allowed[trie.ids[allowed_rows]] = True
-    needs_ids = trie.ids[np.concatenate(needs)] if needs else np.zeros(0, np.int64)
-    return StateVerdict(pack_bits(allowed, table.packed_bytes), needs_ids, trie.max_len)
+    needs_rows = sorted_unique(np.concatenate(needs)) if needs else _EMPTY_INT64
+    return StateVerdict(pack_bits(allowed, table.packed_bytes), needs_rows, trie.max_len)
 
 
 def _walk_rows(dense: DenseStates, table: TokenTable, depth: int, lo_rows: np.ndarray,
@@ -638,8 +642,7 @@ class MaskCache:
             # whole state, where every frame below is known. The walk is exact for any token
             # it reaches and goes only where those tokens are; every other token was already
             # decided by its kernel's verdict.
-            trie = self.table.trie
-            rows = trie.rows_of_walked(needs[0]) if len(needs) == 1 else trie.rows_of(*needs)
+            rows = needs[0] if len(needs) == 1 else sorted_unique(np.concatenate(needs))
             mask |= self._full_walk(state, rows).allowed
         if eos:
             set_bits(mask, self.table.eos_ids, True)

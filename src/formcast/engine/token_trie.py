@@ -13,11 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from formcast.engine.arrays import sorted_unique
-
-# Up to this many token ids, rows_of sorts them instead of marking a vocabulary-sized array.
-_FEW_ROWS = 2048
-
 
 class TokenTrie:
     """Level arrays of the trie of ``token_bytes`` (empty byte strings are left out)."""
@@ -75,39 +70,7 @@ class TokenTrie:
         self._present_packed: np.ndarray | None = None
         self._slices: dict[bytes, np.ndarray] = {}
         self._flat: FlatTrie | None = None
-        # Trie row of each token id (-1: not in the trie), for rows_of. Built with the trie
-        # (about 1 ms once per vocabulary), not inside the first mask that needs it.
-        row_of = np.full(int(self.ids.max()) + 1 if self.ids.size else 0, -1, np.int64)
-        row_of[self.ids] = np.arange(self.ids.size)
-        self._row_of_id = row_of
-        self.id_lens = np.zeros(size, dtype=np.int32)  # byte length of each token id
-        self.id_lens[self.ids] = self.lens
         self._long_rows: dict[int, np.ndarray] = {}
-
-    def rows_of(self, *token_ids: np.ndarray) -> np.ndarray:
-        """The sorted trie rows of the given token ids, without repeats (ids outside the
-        trie are dropped). Many ids are marked in an array, not sorted (there can be tens of
-        thousands); a few are sorted, which spares a vocabulary-sized array: written fresh in
-        a cold mask, its pages cost up to 200 us to fault in, for a handful of tokens."""
-        parts = [np.asarray(ids, dtype=np.int64) for ids in token_ids]
-        ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        ids = ids[(ids >= 0) & (ids < self._row_of_id.size)]
-        rows = self._row_of_id[ids]
-        rows = rows[rows >= 0]  # -1: not in the trie
-        if rows.size <= _FEW_ROWS:
-            return sorted_unique(rows)
-        marked = np.zeros(self.ids.size, dtype=bool)
-        marked[rows] = True
-        return np.flatnonzero(marked)
-
-    def rows_of_walked(self, token_ids: np.ndarray) -> np.ndarray:
-        """``rows_of`` for token ids as one walk reports them: valid, and usually already in
-        trie order (the walk visits rows in order), which a comparison confirms instead of a
-        sort (~10 us a several-frame cold mask)."""
-        rows = self._row_of_id[token_ids]
-        if rows.size == 0 or (rows[0] >= 0 and (rows.size == 1 or bool((rows[1:] > rows[:-1]).all()))):
-            return rows
-        return self.rows_of(token_ids)
 
     def rows_at_least(self, length: int) -> np.ndarray:
         """The sorted trie rows of tokens of ``length`` bytes or more (memoised)."""
