@@ -48,6 +48,7 @@ SCALAR_TOKENS = 256
 _EMPTY_INT64 = np.zeros(0, dtype=np.int64)
 _EMPTY_UINT64 = np.zeros(0, dtype="<u8")
 _ALL_BYTES = np.ones(256, dtype=np.uint8)
+_U8 = np.dtype(np.uint8)
 # A walk from the whole parser state keeps only its allowed tokens: nothing follows the root.
 _NO_BYTES = np.zeros(256, dtype=np.uint8)
 # Upper bound on numbered parser states kept for token walks (1 KiB of table each).
@@ -129,7 +130,10 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
     """
     trie = table.trie
     flat = trie.flat()
-    follow = _ALL_BYTES if follow is None else follow.astype(np.uint8, copy=False)
+    if follow is None:
+        follow = _ALL_BYTES
+    elif follow.dtype is not _U8:  # Automaton.follow_of's rows are uint8 already
+        follow = follow.astype(np.uint8)
     core = dense.parser.auto.native_core  # builds the states it meets inside the walk
     context = dense.native_context
     auto = dense.parser.auto
@@ -154,18 +158,16 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
         # exact).
     if only_rows is None or not only_rows.size:
         only_rows = _EMPTY_INT64
-        horizon = trie.max_len
-    else:
-        # The walk goes only where these tokens are: a chain longer than the longest of them
-        # vouches for nothing more, and building it can cost milliseconds (a full walk at
-        # the start of a ``maxLength: 500`` string inside a rule that is called: one
-        # several-frame state per position, up to the vocabulary's longest token).
-        horizon = int(trie.lens[only_rows].max())
     if only_rows.size and only_rows.size <= FEW_ROWS_WITHOUT_SLICE:
         # A few tokens (those that return below a frame mid-token) are walked path by path:
         # a slice chain would skip nothing worth its states (~15 us a several-frame mask).
         chain, outside = _EMPTY_INT64, _EMPTY_UINT64
     else:
+        # The walk goes only where these tokens are: a chain longer than the longest of them
+        # vouches for nothing more, and building it can cost milliseconds (a full walk at
+        # the start of a ``maxLength: 500`` string inside a rule that is called: one
+        # several-frame state per position, up to the vocabulary's longest token).
+        horizon = int(trie.lens[only_rows].max()) if only_rows.size else trie.max_len
         chain, outside = _native_slice_chain(dense, base, horizon)
     # A chain whose later part repeats copy after copy (-1 entries) lets the walk fold those
     # copies into one (``fold`` in _trie_walk.c): exact for tokens shorter than the chain,
@@ -626,9 +628,8 @@ class MaskCache:
         if len(verdicts) == 1:
             kernel, only = verdicts[0]
             if not eos and (len(kernel) == 1 or not only.needs_context.size):
-                # The verdict is the mask: shared, not copied (both are read-only), which
-                # saves a vocabulary-sized allocation in most cold masks.
-                only.allowed.flags.writeable = False
+                # The verdict is the mask: shared, not copied (both are read-only: the caller
+                # makes it so), which saves a vocabulary-sized allocation in most cold masks.
                 return only.allowed
             mask = only.allowed.copy()
         else:

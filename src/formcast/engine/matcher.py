@@ -176,8 +176,11 @@ class Matcher:
                 raise MatcherError(
                     f"bitmask row has {row.shape[0]} words, the vocabulary needs {packed.shape[0]}"
                 )
-            row[: packed.shape[0]] = packed
-            row[packed.shape[0]:] = 0
+            if row.shape[0] == packed.shape[0]:
+                row[:] = packed  # one copy: the tail's zeroing below is a second numpy call
+            else:
+                row[: packed.shape[0]] = packed
+                row[packed.shape[0]:] = 0
         self._mask_times.append(time.perf_counter() - t0)
 
     # -- advancing -----------------------------------------------------------------------
