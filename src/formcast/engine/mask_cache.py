@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
+from array import array
 from typing import NamedTuple
 
 import numpy as np
@@ -95,19 +96,21 @@ class StateVerdict(NamedTuple):
 
 def classify_tokens(dense: DenseStates, table: TokenTable, base: int,
                     only_rows: np.ndarray | None = None,
-                    follow: np.ndarray | None = None, native: bool | None = None
-                    ) -> StateVerdict:
+                    follow: np.ndarray | None = None, native: bool | None = None,
+                    into: np.ndarray | None = None) -> StateVerdict:
     """Classify every token from the parser state numbered ``base`` (see
     :func:`classify_tokens_numpy`): in C when the extension is built, else with numpy.
 
     ``only_rows`` (sorted trie rows) limits the walk to those tokens where the C walk runs;
     any other token it reports is still decided exactly. ``follow`` (256 flags, default all)
     holds the bytes that can come after the base frame ends (``Automaton.follow_of``).
-    ``native``: the caller's reading of ``native_walk_enabled()`` (read here when None)."""
+    ``native``: the caller's reading of ``native_walk_enabled()`` (read here when None).
+    ``into``: packed bits the C walk of ``only_rows`` may set its allowed tokens in, in place of
+    a fresh array (the verdict's ``allowed`` is then ``into``, bits already set kept)."""
     if native is None:
         native = native_walk_enabled()
     if _trie_walk is not None and native:
-        return classify_tokens_native(dense, table, base, only_rows, follow)
+        return classify_tokens_native(dense, table, base, only_rows, follow, into)
     return classify_tokens_numpy(dense, table, base, follow)
 
 
@@ -118,7 +121,8 @@ def native_walk_enabled() -> bool:
 
 def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
                            only_rows: np.ndarray | None = None,
-                           follow: np.ndarray | None = None) -> StateVerdict:
+                           follow: np.ndarray | None = None,
+                           into: np.ndarray | None = None) -> StateVerdict:
     """The walk of :func:`classify_tokens_numpy`, depth first in C (``_trie_walk.c``).
 
     The C walk builds the states it meets itself, through the C determiniser: one-frame
@@ -178,9 +182,13 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
     if fold:
         long_rows = trie.rows_at_least(chain.size)
         fold = long_rows.size <= FEW_ROWS_WITHOUT_SLICE
-    allowed = np.zeros(table.packed_bytes, dtype=np.uint8)
+    # The walk only sets bits; it may set them in the caller's mask when no fold (which
+    # clears long tokens' bits afterwards) follows.
+    allowed = into if into is not None and not fold else np.zeros(table.packed_bytes,
+                                                                  dtype=np.uint8)
     needs: list[bytes] = []
-    pending = np.array([0, base, 0], dtype=np.int64)
+    # array.array, not numpy: a numpy call costs several microseconds in a cold mask.
+    pending: object = array("q", (0, base, 0))
     depth = 0
     while True:  # the base's row is there (the slice chain needs it), or the walk builds it
         raw, needing, reached = _trie_walk.walk(
@@ -195,9 +203,13 @@ def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,
         pending = np.frombuffer(raw, dtype=np.int64)
         dense.fit_numbered()  # the walk may have numbered states past the table
         dense.ensure_rows(pending[1::3])
-    rows = np.frombuffer(b"".join(needs), dtype=np.int64)
-    # Each walk call reports its rows sorted; a walk resumed from pending nodes made several.
-    got = StateVerdict(allowed, sorted_unique(rows) if len(needs) > 1 else rows, depth)
+    if not needs:
+        rows = _EMPTY_INT64
+    elif len(needs) == 1:
+        rows = np.frombuffer(needs[0], dtype=np.int64)
+    else:  # each walk call reports its rows sorted; a resumed walk made several
+        rows = sorted_unique(np.frombuffer(b"".join(needs), dtype=np.int64))
+    got = StateVerdict(allowed, rows, depth)
     if fold and long_rows.size:
         extra = walk_long_rows(dense, table, base, long_rows, follow)
         got = replace_rows(got, extra, long_rows, int(chain.size), trie)
@@ -644,7 +656,9 @@ class MaskCache:
             # it reaches and goes only where those tokens are; every other token was already
             # decided by its kernel's verdict.
             rows = needs[0] if len(needs) == 1 else sorted_unique(np.concatenate(needs))
-            mask |= self._full_walk(state, rows).allowed
+            full = self._full_walk(state, rows, mask)
+            if full.allowed is not mask:
+                mask |= full.allowed
         if eos:
             set_bits(mask, self.table.eos_ids, True)
         return mask
@@ -666,12 +680,14 @@ class MaskCache:
         can_finish = self.parser.frame_can_finish
         return any(len(kernel) == 1 and can_finish(kernel[0]) for kernel in kernels)
 
-    def _full_walk(self, state: State, needs: np.ndarray) -> StateVerdict:
+    def _full_walk(self, state: State, needs: np.ndarray,
+                   into: np.ndarray | None = None) -> StateVerdict:
         """The exact walk from the whole state, limited to the trie rows ``needs``. A single
         kernel whose top is a position in a counted repetition (``maxLength: 500`` text
         inside an array item rule) shares it with the same position in other copies, under
         the same frames below and for the same tokens, when the walk looked fewer bytes
-        ahead than the repetition's maximum is away."""
+        ahead than the repetition's maximum is away. A verdict not kept may be walked
+        ``into`` the caller's mask (see classify_tokens)."""
         key = shape = None
         if len(state) == 1:
             (kernel,) = state
@@ -685,7 +701,8 @@ class MaskCache:
             self.dense = DenseStates(self.parser)
             self._verdicts = MemoStore()  # its bytes leave the budget with it
         got = classify_tokens(self.dense, self.table, self.dense.intern(state), only_rows=needs,
-                              follow=_NO_BYTES, native=self._native)
+                              follow=_NO_BYTES, native=self._native,
+                              into=into if key is None else None)
         if key is not None and got.depth < shape[1]:
             self._full_verdicts[key] = got
             self.budget.charge(self._full_verdicts, key,
