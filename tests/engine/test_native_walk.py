@@ -404,3 +404,45 @@ def test_a_recycled_table_gives_the_same_masks(smollm2_vocab, smollm2_tokenize, 
     assert np.shares_memory(compiled.masks.dense.table, np.frombuffer(buffer, dtype=np.uint8))
     for step, (want, got) in enumerate(zip(fresh, recycled, strict=True)):
         assert np.array_equal(want, got), step
+
+
+@needs_native
+def test_tokens_needing_context_come_as_sorted_trie_rows():
+    """Both walks report the tokens that return below a frame as sorted trie rows (not ids):
+    the exact walk that decides them takes rows, and a conversion per cold mask cost numpy
+    calls."""
+    m = _nested_json_matcher()
+    (kernel,) = [k for k in m.state if len(k) > 1][:1]
+    table = m.compiled.table
+    dense_a, dense_b = DenseStates(m.compiled.parser), DenseStates(m.compiled.parser)
+    top = kernel[-1]
+    got = classify_tokens_native(dense_a, table, dense_a.plain_id(top))
+    want = classify_tokens_numpy(dense_b, table, dense_b.plain_id(top))
+    assert got.needs_context.size  # "]]" and "]," leave the innermost list
+    assert np.array_equal(got.needs_context, want.needs_context)
+    assert np.all(np.diff(got.needs_context) > 0)
+    tokens = {table.token_bytes[t] for t in table.trie.ids[got.needs_context]}
+    assert {b"]]", b"],"} <= tokens
+
+
+@needs_native
+def test_a_walk_into_a_mask_keeps_its_bits():
+    """The exact walk of a several-frame state's context tokens may set its bits in the mask
+    being built: the result is that mask's bits or the walk's, nothing cleared."""
+    m = _nested_json_matcher()
+    table = m.compiled.table
+    (kernel,) = [k for k in m.state if len(k) > 1][:1]
+    probe = DenseStates(m.compiled.parser)
+    rows = classify_tokens_native(probe, table, probe.plain_id(kernel[-1])).needs_context
+    fresh = DenseStates(m.compiled.parser)
+    alone = classify_tokens_native(fresh, table, fresh.intern(m.state), only_rows=rows,
+                                   follow=mask_cache._NO_BYTES)
+    before = np.zeros(table.packed_bytes, dtype=np.uint8)
+    before[0] = 0b1010_0101  # bits the walk would not set on its own
+    into = before.copy()
+    again = DenseStates(m.compiled.parser)
+    got = classify_tokens_native(again, table, again.intern(m.state), only_rows=rows,
+                                 follow=mask_cache._NO_BYTES, into=into)
+    assert got.allowed is into
+    assert np.array_equal(into, before | alone.allowed)
+    assert alone.allowed.any()
