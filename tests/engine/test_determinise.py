@@ -147,6 +147,22 @@ def test_c_and_python_build_the_same_nfa_for_benchmark_grammars(path, monkeypatc
 
 
 @needs_native
+@pytest.mark.parametrize("gbnf", [
+    'root ::= "[" item ("," item)* "]"\nitem ::= [a-z]+',  # a separated list
+    'root ::= key ":" ("," key ":")*\nkey ::= [a-z]+',  # X of two items
+    'root ::= key ("," val)*\nkey ::= [a-z]+\nval ::= [0-9]+',  # no separated list
+    'root ::= "a" ("," "a")+',  # at least once: built as written
+    'root ::= "a" ("," "a"){0,3}',  # bounded: built as written
+    'root ::= "x" "a" ("a" "a")* "y"',  # the repeated item ends like the items before it
+])
+def test_c_and_python_tell_separated_lists_alike(gbnf, monkeypatch):
+    """The C builder decides itself whether a sequence is a separated list ``X (S X)*``
+    (the Python builder builds those) and builds every other sequence as a chain: the same
+    NFA as the Python fallback, state for state."""
+    _assert_same_nfa(Grammar.from_gbnf(gbnf), monkeypatch)
+
+
+@needs_native
 @fuzz_settings(150)
 @given(literals=st.lists(st.binary(max_size=5).map(lambda b: bytes(x % 4 + 97 for x in b)),
                          min_size=2, max_size=12))

@@ -1076,18 +1076,59 @@ static int build_byte_set(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t en
     return rc;
 }
 
-/* Whether a sequence may hold a separated list ``X (S X)*`` (some item after the first is
- * ``Seq*``): nfa._separated_loop decides, in Python. */
-static int may_be_separated(PyObject **items, Py_ssize_t n) {
-    for (Py_ssize_t i = 1; i < n; i++) {
-        if (Py_TYPE(items[i]) != (PyTypeObject *)ir.repeat) continue;
-        PyObject *item = PyObject_GetAttr(items[i], s_item);
+/* nfa._separated_loop: 1 when items[at] is ``(S X)*`` (min 0, no max, a Seq item) with X
+ * the k items right before it, longest X first (the shape of every JSON list: the builder's
+ * Python builds those); 0 otherwise, so the sequence is a plain chain built here (deciding it
+ * in Python sent every sequence with a repeated Seq, a schema's objects among them, back
+ * through a Python chain and one C entry per item); -1 with an exception. */
+static int separated_loop(PyObject **items, Py_ssize_t n) {
+    int found = 0;
+    for (Py_ssize_t at = 1; at < n && !found; at++) {
+        if (Py_TYPE(items[at]) != (PyTypeObject *)ir.repeat) continue;
+        PyObject *item = PyObject_GetAttr(items[at], s_item), *min_obj = NULL, *max_obj = NULL;
+        PyObject *body_obj = NULL;
+        int rc = -1;
         if (!item) return -1;
-        int seq = Py_TYPE(item) == (PyTypeObject *)ir.seq;
+        if (Py_TYPE(item) != (PyTypeObject *)ir.seq) {
+            rc = 0;
+            goto next;
+        }
+        min_obj = PyObject_GetAttr(items[at], s_min);
+        max_obj = min_obj ? PyObject_GetAttr(items[at], s_max) : NULL;
+        if (!max_obj) goto next;
+        PyObject *zero_int = PyLong_FromLong(0);
+        int zero = zero_int ? PyObject_RichCompareBool(min_obj, zero_int, Py_EQ) : -1;
+        Py_XDECREF(zero_int);
+        if (zero < 0) goto next;
+        if (!zero || max_obj != Py_None) {
+            rc = 0;
+            goto next;
+        }
+        body_obj = PyObject_GetAttr(item, s_items);
+        PyObject **body;
+        Py_ssize_t m;
+        if (!body_obj || items_of(body_obj, &body, &m, "a repeated sequence's items") < 0)
+            goto next;
+        rc = 0;
+        for (Py_ssize_t k = (at < m - 1 ? at : m - 1); k > 0 && !found; k--) {
+            int same = 1;
+            for (Py_ssize_t j = 0; j < k && same; j++) {
+                same = PyObject_RichCompareBool(body[m - k + j], items[at - k + j], Py_EQ);
+                if (same < 0) {
+                    rc = -1;
+                    goto next;
+                }
+            }
+            found = same;
+        }
+    next:
         Py_DECREF(item);
-        if (seq) return 1;
+        Py_XDECREF(min_obj);
+        Py_XDECREF(max_obj);
+        Py_XDECREF(body_obj);
+        if (rc < 0) return -1;
     }
-    return 0;
+    return found;
 }
 
 /* _Builder._build_chain */
@@ -1607,7 +1648,7 @@ static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
         if (type == (PyTypeObject *)ir.choice) {
             rc = build_choice(b, items, n, start, end);
         } else {
-            int loop = n ? may_be_separated(items, n) : 0;
+            int loop = n ? separated_loop(items, n) : 0;
             rc = loop < 0 ? -1 : loop ? build_in_python(b, e, start, end)
                                       : build_chain(b, items, n, start, end);
         }
