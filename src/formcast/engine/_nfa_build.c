@@ -3,9 +3,9 @@
  *
  *   build(builder, limits, expr, start, end, path): the builder's _build for literals,
  *     byte and character sets, sequences, choices, repetitions built as copies or byte chains
- *     and further copies of inlined rules, recursing in C; the rest (lazily copied
- *     repetitions, a rule's first use or call, separated lists) goes back to
- *     builder._build_py. A schema's NFA has hundreds of such nodes, each
+ *     and a rule's first and further uses when inlined, recursing in C; the rest (lazily
+ *     copied repetitions, rule calls, a first use whose size is not known yet, separated
+ *     lists) goes back to builder._build_py. A schema's NFA has hundreds of such nodes, each
  *     a few Python calls and a new state or two.
  *   literal_trie: the byte trie of an enum's literals.
  *   compact: the subset construction of a lazily repeated item.
@@ -95,7 +95,7 @@ static PyObject *s_items, *s_data, *s_ranges, *s_item, *s_min, *s_max, *s_build_
     *s_may_die, *s_nfa, *s_eps, *s_byte_edges, *s_call_edges, *s_name, *s_inlined,
     *s_call_rules, *s_copy_range, *s_utf8_paths, *s_build_lazy_repeat, *s_negated,
     *s_inline_size, *s_lazy_exits, *s_first, *s_utf8_ids, *s_stubs, *s_lazy_copies,
-    *s_stub_block, *s_size, *s_exit_offset;
+    *s_stub_block, *s_size, *s_exit_offset, *s_size_memo, *s_rules, *s_lazy_copy_type;
 
 /* compact(eps, byte_edges, first, stop, exit): the subset construction of the byte-only NFA
  * fragment [first, stop) (a lazily repeated item, see nfa._Builder._compact_fragment), when
@@ -956,6 +956,7 @@ typedef struct {
     PyObject *builder, *path, *eps, *bytes, *calls;
     PyObject *utf8_ids; /* builder._utf8_ids: id(char set) -> (char set, its UTF-8 paths) */
     Py_ssize_t max_states, byte_chain_max, lazy_repeat_min; /* nfa.py's limits */
+    Py_ssize_t inline_limit, lazy_copy_min; /* INLINE_LIMIT, LAZY_COPY_MIN */
     PyObject *lazy_exits; /* nfa.lazy_exits: while empty, copies are pasted here */
     PyObject *stubs, *lazy_copies; /* nfa.stubs, nfa.lazy_copies (see nfa.LazyCopy) */
     int stub_block; /* builder._stub_block: inside a lazily repeated item, no stubs */
@@ -1329,6 +1330,175 @@ done:
 }
 
 
+/* _Builder._plain_fragment: whether [first, stop) may be copied lazily (big enough, no
+ * call edges, no lazy repetition exits inside); -1 with an exception. */
+static int plain_fragment(Build *b, Py_ssize_t first, Py_ssize_t stop) {
+    if (stop - first < b->lazy_copy_min) return 0;
+    for (Py_ssize_t x = first; x < stop; x++) {
+        int some = PyObject_IsTrue(PyList_GET_ITEM(b->calls, x));
+        if (some) return some < 0 ? -1 : 0;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(b->lazy_exits, &pos, &key, &value)) {
+        Py_ssize_t x = PyLong_AsSsize_t(key);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        if (first <= x && x < stop) return 0;
+    }
+    return 1;
+}
+
+/* _Builder._stubs_in: [(stub - first, its record, its continuation - first)] for the stubs
+ * in [first, stop) (nfa.stubs is sorted). New reference. */
+static PyObject *stubs_in(Build *b, Py_ssize_t first, Py_ssize_t stop) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(b->stubs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyList_GET_ITEM(b->stubs, i);
+        Py_ssize_t x = PyLong_AsSsize_t(key);
+        if (x == -1 && PyErr_Occurred()) goto fail;
+        if (x < first) continue;
+        if (x >= stop) break;
+        PyObject *pair = PyDict_GetItemWithError(b->lazy_copies, key);
+        if (!pair) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "nfa build: a stub without its copy");
+            goto fail;
+        }
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "nfa build: lazy_copies holds (record, end)");
+            goto fail;
+        }
+        Py_ssize_t to = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 1));
+        if (to == -1 && PyErr_Occurred()) goto fail;
+        PyObject *item = Py_BuildValue("(nOn)", x - first, PyTuple_GET_ITEM(pair, 0), to - first);
+        if (!item || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* The first use of a rule to inline, as _Builder._build_ref does it when nothing is left to
+ * decide: not a call, not recursive, and its size known (memoised) within INLINE_LIMIT. The
+ * rule's fragment is built here between a new entry and exit state and remembered in
+ * builder._inlined, with a LazyCopy record when later uses may be pasted lazily. 1 done, 0
+ * left to _build_ref (Python), -1 with an exception. Going back to Python for every first
+ * use cost a Python call and a new C entry per rule. */
+static int build_ref_first(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
+    PyObject *name = PyObject_GetAttr(e, s_name);
+    PyObject *inlined = NULL, *call_rules = NULL, *memo = NULL, *rules = NULL, *body = NULL;
+    PyObject *path = NULL, *saved_path = b->path, *record = NULL;
+    int rc = -1;
+    if (!name) return -1;
+    inlined = PyObject_GetAttr(b->builder, s_inlined);
+    call_rules = inlined ? PyObject_GetAttr(b->builder, s_call_rules) : NULL;
+    memo = call_rules ? PyObject_GetAttr(b->builder, s_size_memo) : NULL;
+    if (!memo) goto done;
+    if (!PyDict_Check(inlined) || !PyAnySet_Check(call_rules) || !PyDict_Check(memo)) {
+        PyErr_SetString(PyExc_TypeError, "nfa build: _inlined and _size_memo are dicts, "
+                                         "call_rules a set");
+        goto done;
+    }
+    int known = PyDict_Contains(inlined, name);
+    int called = known ? known : PySet_Contains(call_rules, name);
+    int recursive = called ? called : PySequence_Contains(b->path, name);
+    if (recursive) {
+        rc = recursive < 0 ? -1 : 0;
+        goto done;
+    }
+    PyObject *size = PyDict_GetItemWithError(memo, name); /* borrowed */
+    if (!size) {
+        rc = PyErr_Occurred() ? -1 : 0;
+        goto done;
+    }
+    Py_ssize_t n_size = PyLong_AsSsize_t(size);
+    if (n_size == -1 && PyErr_Occurred()) goto done;
+    if (n_size > b->inline_limit) {
+        rc = 0;
+        goto done;
+    }
+    rules = PyObject_GetAttr(b->builder, s_rules);
+    body = rules ? PyObject_GetItem(rules, name) : NULL;
+    if (!body) goto done;
+    Py_ssize_t n_path = PyTuple_Check(b->path) ? PyTuple_GET_SIZE(b->path) : -1;
+    if (n_path < 0) {
+        PyErr_SetString(PyExc_TypeError, "nfa build: the path is a tuple");
+        goto done;
+    }
+    path = PyTuple_New(n_path + 1);
+    if (!path) goto done;
+    for (Py_ssize_t i = 0; i < n_path; i++) {
+        PyObject *x = PyTuple_GET_ITEM(b->path, i);
+        Py_INCREF(x);
+        PyTuple_SET_ITEM(path, i, x);
+    }
+    Py_INCREF(name);
+    PyTuple_SET_ITEM(path, n_path, name);
+    Py_ssize_t entry = build_new_state(b);
+    if (entry < 0 || add_eps(b, start, entry) < 0) goto done;
+    Py_ssize_t exit_ = build_new_state(b);
+    if (exit_ < 0) goto done;
+    PyObject *flag = PyObject_GetAttr(b->builder, s_may_die);
+    int dying = flag ? PyObject_IsTrue(flag) : -1;
+    Py_XDECREF(flag);
+    if (dying < 0) goto done;
+    b->path = path;
+    int built = build_node(b, body, entry, exit_);
+    b->path = saved_path;
+    if (built < 0) goto done;
+    Py_ssize_t stop = PyList_GET_SIZE(b->eps);
+    flag = PyObject_GetAttr(b->builder, s_may_die);
+    int dies = flag ? PyObject_IsTrue(flag) : -1;
+    Py_XDECREF(flag);
+    if (dies < 0) goto done;
+    int plain = 0;
+    if (!b->stub_block && !(dies && !dying)) {
+        plain = plain_fragment(b, entry, stop);
+        if (plain < 0) goto done;
+    }
+    PyObject *value;
+    if (plain) {
+        PyObject *type = PyObject_GetAttr(b->builder, s_lazy_copy_type);
+        PyObject *nfa = type ? PyObject_GetAttr(b->builder, s_nfa) : NULL;
+        PyObject *stubs = nfa ? stubs_in(b, entry, stop) : NULL;
+        if (stubs)
+            record = PyObject_CallFunction(type, "OnnnO", nfa, entry, exit_, stop, stubs);
+        Py_XDECREF(type);
+        Py_XDECREF(nfa);
+        Py_XDECREF(stubs);
+        if (!record) goto done;
+        PyObject *records = PyObject_GetAttr(b->builder, s_lazy_copies);
+        int bad = !records || PyList_Append(records, record) < 0;
+        Py_XDECREF(records);
+        if (bad) goto done;
+        value = Py_BuildValue("(nnnO)", entry, exit_, stop, record);
+    } else {
+        value = Py_BuildValue("(nnn)", entry, exit_, stop);
+    }
+    if (!value) goto done;
+    int bad = PyDict_SetItem(inlined, name, value) < 0;
+    Py_DECREF(value);
+    if (bad || add_eps(b, exit_, end) < 0) goto done;
+    rc = 1;
+done:
+    b->path = saved_path;
+    Py_DECREF(name);
+    Py_XDECREF(inlined);
+    Py_XDECREF(call_rules);
+    Py_XDECREF(memo);
+    Py_XDECREF(rules);
+    Py_XDECREF(body);
+    Py_XDECREF(path);
+    Py_XDECREF(record);
+    return rc;
+}
+
 /* builder._utf8_paths(e): a character set's UTF-8 byte-range paths (new reference),
  * remembered by the set's identity too: a schema's NFA meets the same few sets hundreds of
  * times, and the method call with the set's (Python) hash was a tenth of its build. The entry
@@ -1635,6 +1805,11 @@ static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
     }
     if (type == (PyTypeObject *)ir.ref) {
         int done = build_ref_copy(b, e, start, end);
+        if (done == 0) {
+            if (Py_EnterRecursiveCall(" while building the NFA")) return -1;
+            done = build_ref_first(b, e, start, end);
+            Py_LeaveRecursiveCall();
+        }
         if (done) return done < 0 ? -1 : 0;
     }
     if (type != (PyTypeObject *)ir.seq && type != (PyTypeObject *)ir.choice)
@@ -1663,15 +1838,16 @@ static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
 /* build(builder, (max_states, byte_chain_max, lazy_repeat_min), expr, start, end, path) */
 static PyObject *build(PyObject *self, PyObject *args) {
     (void)self;
-    Build b = {NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+    Build b = {NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL, 0};
     PyObject *e;
     Py_ssize_t start, end;
     if (!ir.literal) {
         PyErr_SetString(PyExc_RuntimeError, "nfa build: setup() was not called");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O(nnn)OnnO", &b.builder, &b.max_states, &b.byte_chain_max,
-                          &b.lazy_repeat_min, &e, &start, &end, &b.path))
+    if (!PyArg_ParseTuple(args, "O(nnnnn)OnnO", &b.builder, &b.max_states, &b.byte_chain_max,
+                          &b.lazy_repeat_min, &b.inline_limit, &b.lazy_copy_min, &e, &start,
+                          &end, &b.path))
         return NULL;
     b.utf8_ids = PyObject_GetAttr(b.builder, s_utf8_ids);
     if (b.utf8_ids && !PyDict_CheckExact(b.utf8_ids)) {
@@ -2111,13 +2287,13 @@ PyMODINIT_FUNC PyInit__nfa_build(void) {
                           &s_inlined, &s_call_rules, &s_copy_range, &s_utf8_paths,
                           &s_build_lazy_repeat, &s_negated, &s_inline_size, &s_lazy_exits,
                           &s_first, &s_utf8_ids, &s_stubs, &s_lazy_copies, &s_stub_block,
-                          &s_size, &s_exit_offset};
+                          &s_size, &s_exit_offset, &s_size_memo, &s_rules, &s_lazy_copy_type};
     const char *texts[] = {"items", "data", "ranges", "item", "min", "max", "_build_py",
                            "may_die", "nfa", "eps", "byte_edges", "call_edges", "name",
                            "_inlined", "call_rules", "_copy_range", "_utf8_paths",
                            "_build_lazy_repeat", "negated", "_inline_size", "lazy_exits",
                            "first", "_utf8_ids", "stubs", "lazy_copies", "_stub_block",
-                           "size", "exit_offset"};
+                           "size", "exit_offset", "_size_memo", "rules", "_lazy_copy_type"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *names[i] = PyUnicode_InternFromString(texts[i]);
         if (!*names[i]) return NULL;

@@ -704,7 +704,9 @@ class _Builder:
         if _nfa_build is not None and self.nfa.native_paste:
             # The plain nodes in C (see _nfa_build.c); it calls _build_py for the rest.
             self._build = partial(_nfa_build.build, self,  # type: ignore[method-assign]
-                                  (MAX_NFA_STATES, BYTE_CHAIN_MAX, LAZY_REPEAT_MIN))
+                                  (MAX_NFA_STATES, BYTE_CHAIN_MAX, LAZY_REPEAT_MIN,
+                                   INLINE_LIMIT, LAZY_COPY_MIN))
+            self._lazy_copy_type = LazyCopy  # what the C builder records a first use with
             self._expr_size = partial(_nfa_build.expr_size, self,  # type: ignore[method-assign]
                                       LAZY_REPEAT_MIN)
 
