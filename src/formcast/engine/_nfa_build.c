@@ -4,8 +4,8 @@
  *   build(builder, limits, expr, start, end, path): the builder's _build for literals,
  *     byte and character sets, sequences, choices, repetitions built as copies or byte chains
  *     and a rule's first and further uses when inlined, recursing in C; the rest (lazily
- *     copied repetitions, rule calls, a first use whose size is not known yet, separated
- *     lists) goes back to builder._build_py. A schema's NFA has hundreds of such nodes, each
+ *     copied repetitions, rule calls, a rule too large to inline, separated lists) goes
+ *     back to builder._build_py. A schema's NFA has hundreds of such nodes, each
  *     a few Python calls and a new state or two.
  *   literal_trie: the byte trie of an enum's literals.
  *   compact: the subset construction of a lazily repeated item.
@@ -1385,7 +1385,8 @@ fail:
 }
 
 /* The first use of a rule to inline, as _Builder._build_ref does it when nothing is left to
- * decide: not a call, not recursive, and its size known (memoised) within INLINE_LIMIT. The
+ * decide: not a call, not recursive, and its size (memoised as _inline_size does) within
+ * INLINE_LIMIT. The
  * rule's fragment is built here between a new entry and exit state and remembered in
  * builder._inlined, with a LazyCopy record when later uses may be pasted lazily. 1 done, 0
  * left to _build_ref (Python), -1 with an exception. Going back to Python for every first
@@ -1412,17 +1413,6 @@ static int build_ref_first(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t e
         rc = recursive < 0 ? -1 : 0;
         goto done;
     }
-    PyObject *size = PyDict_GetItemWithError(memo, name); /* borrowed */
-    if (!size) {
-        rc = PyErr_Occurred() ? -1 : 0;
-        goto done;
-    }
-    Py_ssize_t n_size = PyLong_AsSsize_t(size);
-    if (n_size == -1 && PyErr_Occurred()) goto done;
-    if (n_size > b->inline_limit) {
-        rc = 0;
-        goto done;
-    }
     rules = PyObject_GetAttr(b->builder, s_rules);
     body = rules ? PyObject_GetItem(rules, name) : NULL;
     if (!body) goto done;
@@ -1440,6 +1430,25 @@ static int build_ref_first(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t e
     }
     Py_INCREF(name);
     PyTuple_SET_ITEM(path, n_path, name);
+    /* _Builder._inline_size: memoised by name */
+    PyObject *size = PyDict_GetItemWithError(memo, name); /* borrowed */
+    long long n_size;
+    if (size) {
+        n_size = PyLong_AsLongLong(size);
+        if (n_size == -1 && PyErr_Occurred()) goto done;
+    } else {
+        if (PyErr_Occurred()) goto done;
+        n_size = expr_size_of(b->builder, b->lazy_repeat_min, body, path);
+        if (n_size < 0) goto done;
+        PyObject *value = PyLong_FromLongLong(n_size);
+        int bad = !value || PyDict_SetItem(memo, name, value) < 0;
+        Py_XDECREF(value);
+        if (bad) goto done;
+    }
+    if (n_size > b->inline_limit) { /* _build_ref decides whether it becomes a call */
+        rc = 0;
+        goto done;
+    }
     Py_ssize_t entry = build_new_state(b);
     if (entry < 0 || add_eps(b, start, entry) < 0) goto done;
     Py_ssize_t exit_ = build_new_state(b);
