@@ -863,6 +863,62 @@ static long long size_mul(long long a, long long b) {
     return b != 0 && a > SIZE_CAP / b ? SIZE_CAP : a * b;
 }
 
+/* `path` with `name` appended (new reference). */
+static PyObject *path_with(PyObject *path, PyObject *name) {
+    if (!PyTuple_Check(path)) {
+        PyErr_SetString(PyExc_TypeError, "nfa build: the path is a tuple");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(path);
+    PyObject *out = PyTuple_New(n + 1);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyTuple_GET_ITEM(path, i);
+        Py_INCREF(x);
+        PyTuple_SET_ITEM(out, i, x);
+    }
+    Py_INCREF(name);
+    PyTuple_SET_ITEM(out, n, name);
+    return out;
+}
+
+static long long expr_size_of(PyObject *builder, long long lazy_min, PyObject *e,
+                              PyObject *path);
+
+/* _Builder._inline_size(name, path): memoised by name in builder._size_memo, else the size of
+ * the rule's body under path + (name,). -1 with an exception. */
+static long long inline_size_of(PyObject *builder, long long lazy_min, PyObject *name,
+                                PyObject *path) {
+    PyObject *memo = PyObject_GetAttr(builder, s_size_memo);
+    if (!memo) return -1;
+    long long out = -1;
+    PyObject *got = PyDict_Check(memo) ? PyDict_GetItemWithError(memo, name) : NULL;
+    if (got) {
+        out = PyLong_AsLongLong(got);
+        if (out == -1 && PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear(); /* a Python int past long long: as large as it gets */
+            out = SIZE_CAP;
+        }
+    } else if (!PyErr_Occurred()) {
+        PyObject *rules = PyDict_Check(memo) ? PyObject_GetAttr(builder, s_rules) : NULL;
+        PyObject *body = rules ? PyObject_GetItem(rules, name) : NULL;
+        PyObject *inner = body ? path_with(path, name) : NULL;
+        if (!PyDict_Check(memo))
+            PyErr_SetString(PyExc_TypeError, "nfa build: _size_memo is a dict");
+        if (inner) out = expr_size_of(builder, lazy_min, body, inner);
+        if (out >= 0) {
+            PyObject *value = PyLong_FromLongLong(out);
+            if (!value || PyDict_SetItem(memo, name, value) < 0) out = -1;
+            Py_XDECREF(value);
+        }
+        Py_XDECREF(rules);
+        Py_XDECREF(body);
+        Py_XDECREF(inner);
+    }
+    Py_DECREF(memo);
+    return out;
+}
+
 /* _Builder._expr_size; rule references go to builder._inline_size. -1 on error. */
 static long long expr_size_of(PyObject *builder, long long lazy_min, PyObject *e,
                               PyObject *path) {
@@ -918,12 +974,7 @@ static long long expr_size_of(PyObject *builder, long long lazy_min, PyObject *e
         if (known > 0) {
             out = 2;
         } else if (known == 0) {
-            got = PyObject_CallMethodObjArgs(builder, s_inline_size, name, path, NULL);
-            if (got) out = PyLong_AsLongLong(got);
-            if (out == -1 && PyErr_Occurred()) {
-                PyErr_Clear();  /* a Python int past long long: as large as it gets */
-                out = SIZE_CAP;
-            }
+            out = inline_size_of(builder, lazy_min, name, path);
         }
         Py_XDECREF(name);
         Py_XDECREF(call_rules);
@@ -1393,17 +1444,15 @@ fail:
  * use cost a Python call and a new C entry per rule. */
 static int build_ref_first(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
     PyObject *name = PyObject_GetAttr(e, s_name);
-    PyObject *inlined = NULL, *call_rules = NULL, *memo = NULL, *rules = NULL, *body = NULL;
+    PyObject *inlined = NULL, *call_rules = NULL, *rules = NULL, *body = NULL;
     PyObject *path = NULL, *saved_path = b->path, *record = NULL;
     int rc = -1;
     if (!name) return -1;
     inlined = PyObject_GetAttr(b->builder, s_inlined);
     call_rules = inlined ? PyObject_GetAttr(b->builder, s_call_rules) : NULL;
-    memo = call_rules ? PyObject_GetAttr(b->builder, s_size_memo) : NULL;
-    if (!memo) goto done;
-    if (!PyDict_Check(inlined) || !PyAnySet_Check(call_rules) || !PyDict_Check(memo)) {
-        PyErr_SetString(PyExc_TypeError, "nfa build: _inlined and _size_memo are dicts, "
-                                         "call_rules a set");
+    if (!call_rules) goto done;
+    if (!PyDict_Check(inlined) || !PyAnySet_Check(call_rules)) {
+        PyErr_SetString(PyExc_TypeError, "nfa build: _inlined is a dict, call_rules a set");
         goto done;
     }
     int known = PyDict_Contains(inlined, name);
@@ -1415,36 +1464,10 @@ static int build_ref_first(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t e
     }
     rules = PyObject_GetAttr(b->builder, s_rules);
     body = rules ? PyObject_GetItem(rules, name) : NULL;
-    if (!body) goto done;
-    Py_ssize_t n_path = PyTuple_Check(b->path) ? PyTuple_GET_SIZE(b->path) : -1;
-    if (n_path < 0) {
-        PyErr_SetString(PyExc_TypeError, "nfa build: the path is a tuple");
-        goto done;
-    }
-    path = PyTuple_New(n_path + 1);
+    path = body ? path_with(b->path, name) : NULL;
     if (!path) goto done;
-    for (Py_ssize_t i = 0; i < n_path; i++) {
-        PyObject *x = PyTuple_GET_ITEM(b->path, i);
-        Py_INCREF(x);
-        PyTuple_SET_ITEM(path, i, x);
-    }
-    Py_INCREF(name);
-    PyTuple_SET_ITEM(path, n_path, name);
-    /* _Builder._inline_size: memoised by name */
-    PyObject *size = PyDict_GetItemWithError(memo, name); /* borrowed */
-    long long n_size;
-    if (size) {
-        n_size = PyLong_AsLongLong(size);
-        if (n_size == -1 && PyErr_Occurred()) goto done;
-    } else {
-        if (PyErr_Occurred()) goto done;
-        n_size = expr_size_of(b->builder, b->lazy_repeat_min, body, path);
-        if (n_size < 0) goto done;
-        PyObject *value = PyLong_FromLongLong(n_size);
-        int bad = !value || PyDict_SetItem(memo, name, value) < 0;
-        Py_XDECREF(value);
-        if (bad) goto done;
-    }
+    long long n_size = inline_size_of(b->builder, b->lazy_repeat_min, name, b->path);
+    if (n_size < 0) goto done;
     if (n_size > b->inline_limit) { /* _build_ref decides whether it becomes a call */
         rc = 0;
         goto done;
@@ -1500,7 +1523,6 @@ done:
     Py_DECREF(name);
     Py_XDECREF(inlined);
     Py_XDECREF(call_rules);
-    Py_XDECREF(memo);
     Py_XDECREF(rules);
     Py_XDECREF(body);
     Py_XDECREF(path);
