@@ -544,9 +544,24 @@ def _refs_in(body: Expr, native: bool) -> Iterable[str]:
     return iter_refs(body)
 
 
-def _reference_counts(rules: Mapping[str, Expr]) -> dict[str, int]:
-    """How many times each rule is referenced in all rule bodies together."""
+def _rule_refs(rules: Mapping[str, Expr]) -> dict[str, list[str]]:
+    """Each rule's references, each as often as it makes it: one walk of every rule body,
+    shared by the reference graph and the reference counts (a walk of a 14-way anyOf's
+    rules is ~50 us)."""
+    native = _nfa_build is not None and native_paste_enabled()
+    return {name: list(_refs_in(body, native)) for name, body in rules.items()}
+
+
+def _reference_counts(rules: Mapping[str, Expr],
+                      refs: Mapping[str, list[str]] | None = None) -> dict[str, int]:
+    """How many times each rule is referenced in all rule bodies together (``refs``: the
+    rules' references, from ``_rule_refs``, when known already)."""
     counts: dict[str, int] = {}
+    if refs is not None:
+        for names in refs.values():
+            for name in names:
+                counts[name] = counts.get(name, 0) + 1
+        return counts
     if _nfa_build is not None and native_paste_enabled():
         for body in rules.values():
             for name in _nfa_build.ref_names(body):
@@ -565,10 +580,12 @@ def _reference_counts(rules: Mapping[str, Expr]) -> dict[str, int]:
     return counts
 
 
-def _reference_graph(rules: Mapping[str, Expr]) -> dict[str, set[str]]:
+def _reference_graph(rules: Mapping[str, Expr],
+                     refs: Mapping[str, list[str]] | None = None) -> dict[str, set[str]]:
     """Each rule's referenced rules; an undefined one is a GrammarError that names it."""
-    native = _nfa_build is not None and native_paste_enabled()
-    graph = {name: set(_refs_in(body, native)) for name, body in rules.items()}
+    if refs is None:
+        refs = _rule_refs(rules)
+    graph = {name: set(names) for name, names in refs.items()}
     for name, out in graph.items():
         # Grammar() checks this unless a front end vouched for its rules: a wrong one is
         # named here rather than failing as a KeyError inside the builder.
@@ -681,8 +698,10 @@ def _on_cycles_or_before(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 
 class _Builder:
-    def __init__(self, rules: Mapping[str, Expr], call_rules: set[str]) -> None:
+    def __init__(self, rules: Mapping[str, Expr], call_rules: set[str],
+                 refs: Mapping[str, list[str]] | None = None) -> None:
         self.rules = rules
+        self._refs = refs  # each rule's references (_rule_refs), when the caller has them
         self.call_rules = set(call_rules)
         self.nfa = NFA()
         self._size_memo: dict[str, int] = {}
@@ -1095,7 +1114,7 @@ class _Builder:
         if name not in self.call_rules and name not in path and \
                 self._inline_size(name, path) > INLINE_LIMIT:
             if self._uses is None:
-                self._uses = _reference_counts(self.rules)
+                self._uses = _reference_counts(self.rules, self._refs)
             if self._uses.get(name, 0) > 2 or self._inline_size(name, path) > TWICE_INLINE_LIMIT:
                 self.call_rules.add(name)
         if name in self.call_rules or name in path:
@@ -1258,12 +1277,13 @@ def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[s
     the start rule first, ``live[s]`` whether state ``s`` can reach its rule's end.
     """
     rules = grammar.engine_rules
-    graph = _reference_graph(rules)
+    refs = _rule_refs(rules)
+    graph = _reference_graph(rules, refs)
     # No rule reaches itself (most schemas): the start rule is the only call, and every rule
     # derives a string unless the builder met an empty node (may_die).
     acyclic = not _on_cycles_or_before(graph)
     call_rules = {grammar.start} if acyclic else _call_rules_of(graph, grammar.start)
-    builder = _Builder(rules, call_rules)
+    builder = _Builder(rules, call_rules, refs)
     order = [grammar.start] + sorted(r for r in call_rules if r != grammar.start)
     fragments = {name: builder.build_rule(name) for name in order}
     # Inlining may have promoted more rules to calls while building: build those too.
