@@ -1330,11 +1330,14 @@ static int clone_stubs(Build *b, Py_ssize_t first, Py_ssize_t stop, Py_ssize_t d
     return 0;
 }
 
-/* A rule reference whose rule is inlined already, as _Builder._build_ref does it: a copy of
- * the rule's first fragment (builder._copy_range) between a new entry state and `end`.
- * 1 when done, 0 when the reference needs _build_ref's decisions (first use, rule calls,
- * recursion), -1 on error. */
-static int build_ref_copy(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
+static int build_ref_first(Build *b, PyObject *name, PyObject *inlined, Py_ssize_t start,
+                           Py_ssize_t end);
+
+/* A rule reference inlined as _Builder._build_ref does it: a further use is a copy of the
+ * rule's first fragment (builder._copy_range) between a new entry state and `end`, or a
+ * stub; a first use goes to build_ref_first. 1 when done, 0 when the reference needs
+ * _build_ref's decisions (rule calls, recursion, a rule too large to inline), -1 on error. */
+static int build_ref(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
     PyObject *name = PyObject_GetAttr(e, s_name), *inlined = NULL, *call_rules = NULL;
     PyObject *built;
     int rc = -1;
@@ -1346,15 +1349,18 @@ static int build_ref_copy(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t en
         PyErr_SetString(PyExc_TypeError, "nfa build: _inlined is a dict, call_rules a set");
         goto done;
     }
-    built = PyDict_GetItemWithError(inlined, name);
-    if (!built) {
-        rc = PyErr_Occurred() ? -1 : 0;
-        goto done;
-    }
     int called = PySet_Contains(call_rules, name);
     int recursive = called ? called : PySequence_Contains(b->path, name);
     if (recursive) {
         rc = recursive < 0 ? -1 : 0;
+        goto done;
+    }
+    built = PyDict_GetItemWithError(inlined, name);
+    if (!built) {
+        if (PyErr_Occurred()) goto done;
+        if (Py_EnterRecursiveCall(" while building the NFA")) goto done;
+        rc = build_ref_first(b, name, inlined, start, end);
+        Py_LeaveRecursiveCall();
         goto done;
     }
     if (!PyTuple_CheckExact(built) || PyTuple_GET_SIZE(built) < 3 ||
@@ -1435,33 +1441,16 @@ fail:
     return NULL;
 }
 
-/* The first use of a rule to inline, as _Builder._build_ref does it when nothing is left to
- * decide: not a call, not recursive, and its size (memoised as _inline_size does) within
- * INLINE_LIMIT. The
- * rule's fragment is built here between a new entry and exit state and remembered in
- * builder._inlined, with a LazyCopy record when later uses may be pasted lazily. 1 done, 0
- * left to _build_ref (Python), -1 with an exception. Going back to Python for every first
- * use cost a Python call and a new C entry per rule. */
-static int build_ref_first(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
-    PyObject *name = PyObject_GetAttr(e, s_name);
-    PyObject *inlined = NULL, *call_rules = NULL, *rules = NULL, *body = NULL;
-    PyObject *path = NULL, *saved_path = b->path, *record = NULL;
+/* The first use of a rule to inline (build_ref has checked it is no call and not
+ * recursive), as _Builder._build_ref does it when its size (memoised as _inline_size does)
+ * is within INLINE_LIMIT: the rule's fragment is built here between a new entry and exit
+ * state and remembered in builder._inlined (`inlined`), with a LazyCopy record when later
+ * uses may be pasted lazily. 1 done, 0 left to _build_ref (Python), -1 with an exception.
+ * Going back to Python for every first use cost a Python call and a new C entry per rule. */
+static int build_ref_first(Build *b, PyObject *name, PyObject *inlined, Py_ssize_t start,
+                           Py_ssize_t end) {
+    PyObject *rules = NULL, *body = NULL, *path = NULL, *saved_path = b->path, *record = NULL;
     int rc = -1;
-    if (!name) return -1;
-    inlined = PyObject_GetAttr(b->builder, s_inlined);
-    call_rules = inlined ? PyObject_GetAttr(b->builder, s_call_rules) : NULL;
-    if (!call_rules) goto done;
-    if (!PyDict_Check(inlined) || !PyAnySet_Check(call_rules)) {
-        PyErr_SetString(PyExc_TypeError, "nfa build: _inlined is a dict, call_rules a set");
-        goto done;
-    }
-    int known = PyDict_Contains(inlined, name);
-    int called = known ? known : PySet_Contains(call_rules, name);
-    int recursive = called ? called : PySequence_Contains(b->path, name);
-    if (recursive) {
-        rc = recursive < 0 ? -1 : 0;
-        goto done;
-    }
     rules = PyObject_GetAttr(b->builder, s_rules);
     body = rules ? PyObject_GetItem(rules, name) : NULL;
     path = body ? path_with(b->path, name) : NULL;
@@ -1520,9 +1509,6 @@ static int build_ref_first(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t e
     rc = 1;
 done:
     b->path = saved_path;
-    Py_DECREF(name);
-    Py_XDECREF(inlined);
-    Py_XDECREF(call_rules);
     Py_XDECREF(rules);
     Py_XDECREF(body);
     Py_XDECREF(path);
@@ -1835,12 +1821,7 @@ static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
         return rc;
     }
     if (type == (PyTypeObject *)ir.ref) {
-        int done = build_ref_copy(b, e, start, end);
-        if (done == 0) {
-            if (Py_EnterRecursiveCall(" while building the NFA")) return -1;
-            done = build_ref_first(b, e, start, end);
-            Py_LeaveRecursiveCall();
-        }
+        int done = build_ref(b, e, start, end);
         if (done) return done < 0 ? -1 : 0;
     }
     if (type != (PyTypeObject *)ir.seq && type != (PyTypeObject *)ir.choice)
