@@ -16,6 +16,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <limits.h>
@@ -96,6 +97,46 @@ static PyObject *s_items, *s_data, *s_ranges, *s_item, *s_min, *s_max, *s_build_
     *s_call_rules, *s_copy_range, *s_utf8_paths, *s_build_lazy_repeat, *s_negated,
     *s_inline_size, *s_lazy_exits, *s_first, *s_utf8_ids, *s_stubs, *s_lazy_copies,
     *s_stub_block, *s_size, *s_exit_offset, *s_size_memo, *s_rules, *s_lazy_copy_type;
+
+/* The IR classes' fields as slots: (class, interned name, offset of the slot in the object),
+ * found by setup() from the classes' member descriptors (a dataclass with slots and a C type
+ * both have them). node_attr reads a slot in place, where PyObject_GetAttr went through the
+ * type's attribute lookup and the descriptor: a few percent of a schema's NFA build. */
+#define MAX_FIELDS 16
+static struct {
+    PyObject *type, *name;
+    Py_ssize_t offset;
+} fields[MAX_FIELDS];
+static int n_fields;
+
+static void find_field(PyObject *type, PyObject *name) {
+    if (n_fields >= MAX_FIELDS) return;
+    PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)type)->tp_dict, name);
+    if (!descr || Py_TYPE(descr) != &PyMemberDescr_Type) {
+        PyErr_Clear();
+        return;
+    }
+    PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+    if (member->type != T_OBJECT_EX && member->type != T_OBJECT) return;
+    fields[n_fields].type = type;
+    fields[n_fields].name = name;
+    fields[n_fields].offset = member->offset;
+    n_fields++;
+}
+
+/* e.name (new reference): in place when the class's slot is known, else the lookup. */
+static PyObject *node_attr(PyObject *e, PyObject *name) {
+    PyObject *type = (PyObject *)Py_TYPE(e);
+    for (int i = 0; i < n_fields; i++) {
+        if (fields[i].type == type && fields[i].name == name) {
+            PyObject *value = *(PyObject **)((char *)e + fields[i].offset);
+            if (!value) break; /* unset: let the lookup raise */
+            Py_INCREF(value);
+            return value;
+        }
+    }
+    return PyObject_GetAttr(e, name);
+}
 
 /* compact(eps, byte_edges, first, stop, exit): the subset construction of the byte-only NFA
  * fragment [first, stop) (a lazily repeated item, see nfa._Builder._compact_fragment), when
@@ -289,6 +330,36 @@ static int append_byte_edge(PyObject *edges, long lo, long hi, Py_ssize_t offset
     return bad;
 }
 
+/* [offset]: a state's epsilon edges (new reference). Built by hand, as edge_of. */
+static PyObject *list_of_offset(Py_ssize_t offset) {
+    PyObject *off = PyLong_FromSsize_t(offset), *list = off ? PyList_New(1) : NULL;
+    if (!list) {
+        Py_XDECREF(off);
+        return NULL;
+    }
+    PyList_SET_ITEM(list, 0, off);
+    return list;
+}
+
+/* [(c, c, 1)]: a trie node's byte edges, a list (a later literal may branch off it) holding
+ * the shared edge of step_one when setup() gave it (new reference). */
+static PyObject *list_of_step(unsigned char c) {
+    PyObject *edge;
+    if (ir.step_one) {
+        edge = PyTuple_GET_ITEM(PyList_GET_ITEM(ir.step_one, c), 0);
+        Py_INCREF(edge);
+    } else {
+        edge = edge_ll(c, c, 1);
+    }
+    PyObject *list = edge ? PyList_New(1) : NULL;
+    if (!list) {
+        Py_XDECREF(edge);
+        return NULL;
+    }
+    PyList_SET_ITEM(list, 0, edge);
+    return list;
+}
+
 /* A new NFA state with these containers (new references, stolen). */
 static int append_state(PyObject *eps, PyObject *byte_edges, PyObject *call_edges,
                         PyObject *e, PyObject *b, PyObject *c) {
@@ -343,12 +414,12 @@ static PyObject *trie_into(PyObject *eps, PyObject *byte_edges, PyObject *call_e
             Py_ssize_t x = first + (j - k);
             PyObject *e, *b;
             if (j == n - 1) {
-                e = Py_BuildValue("[n]", end - x);
+                e = list_of_offset(end - x);
                 b = PyList_New(0);
             } else {
                 Py_INCREF(no_edges);
                 e = no_edges;
-                b = Py_BuildValue("[(iii)]", data[j + 1], data[j + 1], 1);
+                b = list_of_step(data[j + 1]);
             }
             Py_INCREF(no_edges);
             if (append_state(eps, byte_edges, call_edges, e, b, no_edges) < 0 ||
@@ -736,16 +807,16 @@ static PyObject *utf8_paths_of(PyObject *self, PyObject *args) {
 static int collect_refs(PyObject *e, PyObject *out) {
     PyTypeObject *type = Py_TYPE(e);
     if (type == (PyTypeObject *)ir.ref) {
-        PyObject *name = PyObject_GetAttr(e, s_name);
+        PyObject *name = node_attr(e, s_name);
         int bad = !name || PyList_Append(out, name) < 0;
         Py_XDECREF(name);
         return bad ? -1 : 0;
     }
     PyObject *sub;
     if (type == (PyTypeObject *)ir.seq || type == (PyTypeObject *)ir.choice)
-        sub = PyObject_GetAttr(e, s_items);
+        sub = node_attr(e, s_items);
     else if (type == (PyTypeObject *)ir.repeat)
-        sub = PyObject_GetAttr(e, s_item);
+        sub = node_attr(e, s_item);
     else
         return 0;
     if (!sub) return -1;
@@ -780,20 +851,20 @@ static int derives_string(PyObject *e, PyObject *productive) {
     PyTypeObject *type = Py_TYPE(e);
     if (type == (PyTypeObject *)ir.literal) return 1;
     if (type == (PyTypeObject *)ir.ref) {
-        PyObject *name = PyObject_GetAttr(e, s_name);
+        PyObject *name = node_attr(e, s_name);
         if (!name) return -1;
         int got = PySet_Contains(productive, name);
         Py_DECREF(name);
         return got;
     }
     if (type == (PyTypeObject *)ir.byte_set || type == (PyTypeObject *)ir.char_set) {
-        PyObject *ranges = PyObject_GetAttr(e, s_ranges);
+        PyObject *ranges = node_attr(e, s_ranges);
         if (!ranges) return -1;
         int got;
         if (type == (PyTypeObject *)ir.byte_set) {
             got = PyObject_IsTrue(ranges);
         } else { /* a character set matches something unless only surrogates are left */
-            PyObject *negated = PyObject_GetAttr(e, s_negated);
+            PyObject *negated = node_attr(e, s_negated);
             int neg = negated ? PyObject_IsTrue(negated) : -1;
             Py_XDECREF(negated);
             Span *spans = NULL;
@@ -805,12 +876,12 @@ static int derives_string(PyObject *e, PyObject *productive) {
         return got;
     }
     if (type == (PyTypeObject *)ir.repeat) {
-        PyObject *min = PyObject_GetAttr(e, s_min);
+        PyObject *min = node_attr(e, s_min);
         if (!min) return -1;
         int zero = PyObject_Not(min);
         Py_DECREF(min);
         if (zero) return zero;
-        PyObject *item = PyObject_GetAttr(e, s_item);
+        PyObject *item = node_attr(e, s_item);
         if (!item) return -1;
         int got = -1;
         if (!Py_EnterRecursiveCall(" while scanning the grammar")) {
@@ -822,7 +893,7 @@ static int derives_string(PyObject *e, PyObject *productive) {
     }
     int all = type == (PyTypeObject *)ir.seq;
     if (!all && type != (PyTypeObject *)ir.choice) return 0;
-    PyObject *sub = PyObject_GetAttr(e, s_items);
+    PyObject *sub = node_attr(e, s_items);
     if (!sub) return -1;
     PyObject **items;
     Py_ssize_t n;
@@ -924,7 +995,7 @@ static long long expr_size_of(PyObject *builder, long long lazy_min, PyObject *e
                               PyObject *path) {
     PyTypeObject *type = Py_TYPE(e);
     if (type == (PyTypeObject *)ir.literal) {
-        PyObject *data = PyObject_GetAttr(e, s_data);
+        PyObject *data = node_attr(e, s_data);
         if (!data) return -1;
         Py_ssize_t n = PyObject_Length(data);
         Py_DECREF(data);
@@ -934,7 +1005,7 @@ static long long expr_size_of(PyObject *builder, long long lazy_min, PyObject *e
     if (Py_EnterRecursiveCall(" while sizing the grammar")) return -1;
     long long out = -1;
     if (type == (PyTypeObject *)ir.seq || type == (PyTypeObject *)ir.choice) {
-        PyObject *sub = PyObject_GetAttr(e, s_items);
+        PyObject *sub = node_attr(e, s_items);
         PyObject **items;
         Py_ssize_t n;
         if (sub && items_of(sub, &items, &n, "an expression's items") == 0) {
@@ -950,9 +1021,9 @@ static long long expr_size_of(PyObject *builder, long long lazy_min, PyObject *e
         }
         Py_XDECREF(sub);
     } else if (type == (PyTypeObject *)ir.repeat) {
-        PyObject *item = PyObject_GetAttr(e, s_item), *min_obj = NULL, *max_obj = NULL;
-        if (item) min_obj = PyObject_GetAttr(e, s_min);
-        if (min_obj) max_obj = PyObject_GetAttr(e, s_max);
+        PyObject *item = node_attr(e, s_item), *min_obj = NULL, *max_obj = NULL;
+        if (item) min_obj = node_attr(e, s_min);
+        if (min_obj) max_obj = node_attr(e, s_max);
         if (max_obj) {
             long long min = PyLong_AsLongLong(min_obj);
             long long max = max_obj == Py_None ? -1 : PyLong_AsLongLong(max_obj);
@@ -967,7 +1038,7 @@ static long long expr_size_of(PyObject *builder, long long lazy_min, PyObject *e
         Py_XDECREF(min_obj);
         Py_XDECREF(max_obj);
     } else if (type == (PyTypeObject *)ir.ref) {
-        PyObject *name = PyObject_GetAttr(e, s_name), *call_rules = NULL, *got = NULL;
+        PyObject *name = node_attr(e, s_name), *call_rules = NULL, *got = NULL;
         if (name) call_rules = PyObject_GetAttr(builder, s_call_rules);
         int known = call_rules ? PySet_Contains(call_rules, name) : -1;
         if (known == 0) known = PySequence_Contains(path, name);
@@ -1061,7 +1132,7 @@ static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end);
 
 /* _Builder._build_literal */
 static int build_literal(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
-    PyObject *data = PyObject_GetAttr(e, s_data);
+    PyObject *data = node_attr(e, s_data);
     if (!data) return -1;
     int rc = -1;
     if (!PyBytes_Check(data)) {
@@ -1110,7 +1181,7 @@ done:
 
 /* The ByteSet branch of _Builder._build */
 static int build_byte_set(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
-    PyObject *ranges = PyObject_GetAttr(e, s_ranges);
+    PyObject *ranges = node_attr(e, s_ranges);
     if (!ranges) return -1;
     PyObject **items;
     Py_ssize_t n;
@@ -1137,7 +1208,7 @@ static int separated_loop(PyObject **items, Py_ssize_t n) {
     int found = 0;
     for (Py_ssize_t at = 1; at < n && !found; at++) {
         if (Py_TYPE(items[at]) != (PyTypeObject *)ir.repeat) continue;
-        PyObject *item = PyObject_GetAttr(items[at], s_item), *min_obj = NULL, *max_obj = NULL;
+        PyObject *item = node_attr(items[at], s_item), *min_obj = NULL, *max_obj = NULL;
         PyObject *body_obj = NULL;
         int rc = -1;
         if (!item) return -1;
@@ -1145,8 +1216,8 @@ static int separated_loop(PyObject **items, Py_ssize_t n) {
             rc = 0;
             goto next;
         }
-        min_obj = PyObject_GetAttr(items[at], s_min);
-        max_obj = min_obj ? PyObject_GetAttr(items[at], s_max) : NULL;
+        min_obj = node_attr(items[at], s_min);
+        max_obj = min_obj ? node_attr(items[at], s_max) : NULL;
         if (!max_obj) goto next;
         PyObject *zero_int = PyLong_FromLong(0);
         int zero = zero_int ? PyObject_RichCompareBool(min_obj, zero_int, Py_EQ) : -1;
@@ -1156,7 +1227,7 @@ static int separated_loop(PyObject **items, Py_ssize_t n) {
             rc = 0;
             goto next;
         }
-        body_obj = PyObject_GetAttr(item, s_items);
+        body_obj = node_attr(item, s_items);
         PyObject **body;
         Py_ssize_t m;
         if (!body_obj || items_of(body_obj, &body, &m, "a repeated sequence's items") < 0)
@@ -1209,7 +1280,7 @@ static int build_choice(Build *b, PyObject **items, Py_ssize_t n, Py_ssize_t sta
         if (!set) return -1;
         for (Py_ssize_t i = 0; i < n; i++) {
             if (Py_TYPE(items[i]) != (PyTypeObject *)ir.literal) continue;
-            PyObject *data = PyObject_GetAttr(items[i], s_data);
+            PyObject *data = node_attr(items[i], s_data);
             int bad = !data || PySet_Add(set, data) < 0;
             Py_XDECREF(data);
             if (bad) {
@@ -1338,7 +1409,7 @@ static int build_ref_first(Build *b, PyObject *name, PyObject *inlined, Py_ssize
  * stub; a first use goes to build_ref_first. 1 when done, 0 when the reference needs
  * _build_ref's decisions (rule calls, recursion, a rule too large to inline), -1 on error. */
 static int build_ref(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
-    PyObject *name = PyObject_GetAttr(e, s_name), *inlined = NULL, *call_rules = NULL;
+    PyObject *name = node_attr(e, s_name), *inlined = NULL, *call_rules = NULL;
     PyObject *built;
     int rc = -1;
     if (!name) return -1;
@@ -1609,7 +1680,7 @@ static int build_char_set(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t en
 static PyObject *single_byte_ranges(Build *b, PyObject *item) {
     PyTypeObject *type = Py_TYPE(item);
     if (type == (PyTypeObject *)ir.byte_set) {
-        PyObject *ranges = PyObject_GetAttr(item, s_ranges);
+        PyObject *ranges = node_attr(item, s_ranges);
         if (!ranges) return NULL;
         PyObject *out = PyObject_IsTrue(ranges) ? PySequence_List(ranges) : Py_NewRef(Py_None);
         Py_DECREF(ranges);
@@ -1765,12 +1836,12 @@ done:
 
 /* _Builder._build_repeat; lazily copied repetitions go to builder._build_lazy_repeat. */
 static int build_repeat(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
-    PyObject *item = PyObject_GetAttr(e, s_item), *min_obj = NULL, *max_obj = NULL;
+    PyObject *item = node_attr(e, s_item), *min_obj = NULL, *max_obj = NULL;
     PyObject *ranges = NULL;
     int rc = -1;
     if (!item) return -1;
-    min_obj = PyObject_GetAttr(e, s_min);
-    max_obj = min_obj ? PyObject_GetAttr(e, s_max) : NULL;
+    min_obj = node_attr(e, s_min);
+    max_obj = min_obj ? node_attr(e, s_max) : NULL;
     if (!max_obj) goto done;
     Py_ssize_t min = PyLong_AsSsize_t(min_obj);
     Py_ssize_t max = max_obj == Py_None ? -1 : PyLong_AsSsize_t(max_obj);
@@ -1826,7 +1897,7 @@ static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
     }
     if (type != (PyTypeObject *)ir.seq && type != (PyTypeObject *)ir.choice)
         return build_in_python(b, e, start, end);
-    PyObject *items_obj = PyObject_GetAttr(e, s_items);
+    PyObject *items_obj = node_attr(e, s_items);
     if (!items_obj) return -1;
     PyObject **items;
     Py_ssize_t n;
@@ -1926,11 +1997,33 @@ static PyObject *setup(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "nfa build: step_one has one entry a byte value");
         return NULL;
     }
+    for (Py_ssize_t i = 0; i < 256; i++) {
+        PyObject *step = PyList_GET_ITEM(objs[7], i);
+        if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 1 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(step, 0))) {
+            PyErr_SetString(PyExc_ValueError, "nfa build: step_one[b] is ((b, b, 1),)");
+            return NULL;
+        }
+    }
     PyObject **slots[10] = {&ir.literal, &ir.byte_set, &ir.char_set, &ir.seq, &ir.choice,
                             &ir.repeat, &ir.ref, &ir.step_one, &ir.no_edges, &ir.too_large};
     for (int i = 0; i < 10; i++) {
         Py_INCREF(objs[i]);
         Py_XSETREF(*slots[i], objs[i]);
+    }
+    n_fields = 0; /* the classes are held by ir above, so their slots stay put */
+    for (int i = 0; i < 7; i++) {
+        if (!PyType_Check(objs[i])) continue;
+        PyObject *names[3] = {s_items, s_data, s_ranges};
+        PyObject *repeat_names[3] = {s_item, s_min, s_max};
+        PyObject *char_names[2] = {s_ranges, s_negated};
+        PyObject **these = i == 5 ? repeat_names : i == 2 ? char_names : names;
+        int count = i == 5 ? 3 : i == 2 ? 2 : 3;
+        if (i == 6) {
+            these = &s_name;
+            count = 1;
+        }
+        for (int j = 0; j < count; j++) find_field(objs[i], these[j]);
     }
     Py_RETURN_NONE;
 }
