@@ -32,6 +32,11 @@ ENGINE_EXTENSIONS = [
         optional=True,
     )
     for name in ("_trie_walk", "_determinise", "_nfa_build")
+] + [
+    # The IR's expression nodes as C types (ir_nodes.py keeps the dataclasses as the
+    # reference and the fallback).
+    Extension("formcast.grammar._ir_nodes", sources=["src/formcast/grammar/_ir_nodes.c"],
+              extra_compile_args=["-O2"], optional=True),
 ]
 
 # mypycify type-checks and writes the C code when called: only for commands that build

@@ -217,22 +217,102 @@ def test_a_kept_hash_does_not_travel_with_a_pickled_expression():
     assert copy._hash is not None and pickle.loads(pickle.dumps(expr))._hash is None
 
 
-def test_expressions_built_by_the_fast_constructors_have_every_field():
-    # ir.py replaces the dataclass __init__ of each expression class with one that sets the
-    # slots directly; a field added to a class but not to its constructor would be unset.
+def _node_classes() -> list:
+    from formcast.grammar import ir_nodes
+
+    current = (ir_nodes.Literal, ir_nodes.ByteSet, ir_nodes.CharSet, ir_nodes.Seq,
+               ir_nodes.Choice, ir_nodes.Repeat, ir_nodes.Ref)
+    sets = [pytest.param(ir_nodes.DATACLASS_NODES, id="dataclasses")]
+    if ir_nodes.NATIVE_NODES:
+        sets.append(pytest.param(current, id="c-types"))
+    return sets
+
+
+@pytest.mark.parametrize("classes", _node_classes())
+def test_expressions_built_by_the_fast_constructors_have_every_field(classes):
+    # ir_nodes replaces the dataclass __init__ of each expression class with one that sets the
+    # slots directly, and binds C types in their place where _ir_nodes is built; a field
+    # added to a class but not to its constructor would be unset.
     import dataclasses
     import pickle
 
-    from formcast.grammar.ir import ByteSet, CharSet, Choice, Literal, Ref, Repeat, Seq
+    from formcast.grammar import ir_nodes
 
+    Literal, ByteSet, CharSet, Seq, Choice, Repeat, Ref = classes
+    # Pickles name a class by module and name: only the classes bound there load back.
+    bound = Literal is ir_nodes.Literal
     a = Literal(b"a")
     built = [a, ByteSet(((0, 9),)), CharSet(((97, 122),), True), CharSet(((1, 2),)),
              Seq((a, a)), Choice((a, Ref("r"))), Repeat(a, 1, 3), Repeat(a), Ref("r")]
     for expr in built:
-        for f in dataclasses.fields(expr):
-            getattr(expr, f.name)  # AttributeError if the constructor left it unset
-        assert pickle.loads(pickle.dumps(expr)) == expr
+        for name in type(expr).__match_args__:
+            getattr(expr, name)  # AttributeError if the constructor left it unset
+        if bound:
+            assert pickle.loads(pickle.dumps(expr)) == expr
         with pytest.raises(dataclasses.FrozenInstanceError):
-            expr.__setattr__(dataclasses.fields(expr)[0].name, None)
+            expr.__setattr__(type(expr).__match_args__[0], None)
     assert Repeat(item=a, max=2) == Repeat(a, 0, 2)
     assert CharSet(ranges=((1, 2),)).negated is False
+    with pytest.raises(TypeError, match="items"):
+        Seq()
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        Repeat(a, mn=1)
+    with pytest.raises(TypeError, match="multiple values"):
+        Repeat(a, 1, min=2)
+
+
+@st.composite
+def _node_recipes(draw, depth: int = 0):
+    """A node as a recipe (kind, fields), built later with either set of classes."""
+    kinds = ["lit", "bytes", "chars", "ref"] + (["seq", "choice", "repeat"] if depth < 3 else [])
+    kind = draw(st.sampled_from(kinds))
+    if kind == "lit":
+        return ("lit", draw(st.binary(min_size=1, max_size=3)))
+    if kind == "bytes":
+        return ("bytes", draw(st.tuples(st.integers(0, 9), st.integers(10, 20))))
+    if kind == "chars":
+        return ("chars", draw(st.tuples(st.integers(0, 99), st.integers(100, 300))),
+                draw(st.booleans()))
+    if kind == "ref":
+        return ("ref", draw(st.sampled_from(["a", "ws", "x"])))
+    if kind == "repeat":
+        return ("repeat", draw(_node_recipes(depth + 1)), draw(st.integers(0, 2)),
+                draw(st.one_of(st.none(), st.integers(2, 4))))
+    return (kind, tuple(draw(st.lists(_node_recipes(depth + 1), max_size=3))))
+
+
+def _build_node(recipe, classes):
+    Literal, ByteSet, CharSet, Seq, Choice, Repeat, Ref = classes
+    kind = recipe[0]
+    if kind == "lit":
+        return Literal(recipe[1])
+    if kind == "bytes":
+        return ByteSet((recipe[1],))
+    if kind == "chars":
+        return CharSet((recipe[1],), recipe[2])
+    if kind == "ref":
+        return Ref(recipe[1])
+    if kind == "repeat":
+        return Repeat(_build_node(recipe[1], classes), recipe[2], recipe[3])
+    items = tuple(_build_node(r, classes) for r in recipe[1])
+    return (Seq if kind == "seq" else Choice)(items)
+
+
+@pytest.mark.skipif(len(_node_classes()) < 2, reason="the C node types are not built here")
+@given(a=_node_recipes(), b=_node_recipes())
+@settings(max_examples=300, deadline=None)
+def test_c_node_types_behave_as_the_dataclasses(a, b):
+    """Equality, hashes, reprs, pickles and code points of the C types are the dataclasses'
+    (the GBNF, the fingerprints and every memo keyed by nodes rely on them)."""
+    import pickle
+
+    py, c = (p.values[0] for p in _node_classes())
+    pa, pb, ca, cb = (_build_node(a, py), _build_node(b, py), _build_node(a, c),
+                      _build_node(b, c))
+    assert repr(ca) == repr(pa) and repr(cb) == repr(pb)
+    assert (ca == cb) == (pa == pb) and (ca != cb) == (pa != pb)
+    assert hash(ca) == hash(pa) and hash(cb) == hash(pb)
+    assert (ca == cb) == (hash(ca) == hash(cb) and repr(ca) == repr(cb))
+    assert pickle.loads(pickle.dumps(ca)) == ca and repr(pickle.loads(pickle.dumps(ca))) == repr(pa)
+    if a[0] == "chars":
+        assert ca.codepoint_ranges() == pa.codepoint_ranges()

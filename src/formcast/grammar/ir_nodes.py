@@ -3,13 +3,18 @@ repetitions and rule references, as frozen dataclasses (hashable, comparable, pi
 to share across threads).
 
 This module stays Python when the install compiles the front ends with mypyc: compiled, the
-frozen dataclasses were no faster to build and could not be unpickled. The functions that
-build them (``ir_build``) and the range algebra (``ir_ranges``) are compiled.
+frozen dataclasses were no faster to build and could not be unpickled. Where the C extension
+``_ir_nodes`` is built, the names below are bound to C types with the same fields, equality,
+hashes, reprs and pickles (a test holds them to the dataclasses); the dataclasses stay the
+reference and the fallback. The functions that build nodes (``ir_build``) and the range
+algebra (``ir_ranges``) are compiled by mypyc.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import FrozenInstanceError, dataclass, field
+from typing import Any
 
 from formcast.grammar.ir_ranges import (
     MAX_CODEPOINT,
@@ -20,10 +25,30 @@ from formcast.grammar.ir_ranges import (
 )
 
 
+def _native_module() -> Any:
+    """The compiled ``_ir_nodes``, unless it is not built or ``FORMCAST_PURE_PYTHON=1``."""
+    if os.environ.get("FORMCAST_PURE_PYTHON"):
+        return None
+    try:
+        from formcast.grammar import _ir_nodes  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _ir_nodes
+
+
+_native = _native_module()
+
+
 class Expr:
     """Base class of grammar expressions."""
 
     __slots__ = ()
+
+
+if _native is not None:
+    # The C base class: the C node types below subclass it, and a Python base would make
+    # them inherit the cyclic collector's support (nodes cannot form cycles).
+    Expr = _native.Expr  # type: ignore[misc]
 
 
 def _keep_hash(expr: Expr, h: int) -> int:
@@ -66,10 +91,7 @@ class CharSet(Expr):
         automaton and the JSON spelling in turn)."""
         got = self._codepoints
         if got is None:
-            merged = merge_ranges(self.ranges)
-            if self.negated:
-                merged = complement_ranges(merged, 0, MAX_CODEPOINT)
-            got = subtract_ranges(merged, (SURROGATES,))
+            got = _codepoints_of(self.ranges, self.negated)
             _SET_CODEPOINTS(self, got)
         return got
 
@@ -134,6 +156,15 @@ class Ref(Expr):
         return hash(self.name)
 
 
+def _codepoints_of(ranges: tuple[tuple[int, int], ...],
+                   negated: bool) -> tuple[tuple[int, int], ...]:
+    """A character set's code points as sorted, merged, surrogate-free inclusive ranges."""
+    merged = merge_ranges(ranges)
+    if negated:
+        merged = complement_ranges(merged, 0, MAX_CODEPOINT)
+    return subtract_ranges(merged, (SURROGATES,))
+
+
 def _slot_setters(cls: type, *names: str) -> tuple:
     """The slot descriptors' setters of a frozen dataclass's fields."""
     return tuple(cls.__dict__[name].__set__ for name in names)
@@ -195,6 +226,17 @@ for _cls, _init in ((Literal, _literal_init), (ByteSet, _byte_set_init),
                     (Repeat, _repeat_init), (Ref, _ref_init)):
     _init.__qualname__ = f"{_cls.__name__}.__init__"
     _cls.__init__ = _init  # type: ignore[method-assign]
+
+
+# The same classes as C types (``_ir_nodes.c``) where the module is built: built by one call
+# and hashed in C, a node costs a fraction of a dataclass's Python ``__init__`` and
+# ``__hash__``, which were about a quarter of a schema compile's front end. The dataclasses
+# above stay the reference (a test holds the two alike) and the fallback.
+DATACLASS_NODES = (Literal, ByteSet, CharSet, Seq, Choice, Repeat, Ref)
+NATIVE_NODES = _native is not None
+if _native is not None:
+    (Literal, ByteSet, CharSet, Seq, Choice, Repeat,  # type: ignore[misc]
+     Ref) = _native.make_types(_codepoints_of, FrozenInstanceError)
 
 EMPTY = Seq(())
 NOTHING = Choice(())
