@@ -634,8 +634,23 @@ def test_cache_keys_on_schema_hash_version_and_options() -> None:
     assert c is not a
     stats = cache.stats()
     assert (stats.hits, stats.misses) == (1, 2)
-    assert schema_hash({"a": 1, "b": 2}) == schema_hash({"b": 2, "a": 1})
     assert schema_hash({"a": 1}) != schema_hash({"a": 1.5})
+
+
+def test_cache_keeps_schemas_whose_property_order_differs_apart() -> None:
+    # Property order shapes the grammar ("reasoning" before "label"), so a schema that
+    # differs from a cached one only in key order must not be served the cached grammar.
+    def labelled(*order: str) -> dict:
+        return {"type": "object", "properties": {name: {"type": "string"} for name in order},
+                "required": ["label", "reasoning"], "additionalProperties": False}
+
+    cache = CompileCache(capacity=4)
+    first = compile_json_schema(labelled("reasoning", "label"), cache=cache)
+    second = compile_json_schema(labelled("label", "reasoning"), cache=cache)
+    assert second is not first and cache.stats().misses == 2
+    assert takes(second, '{"label": "a", "reasoning": "b"}')
+    assert not takes(second, '{"reasoning": "b", "label": "a"}')
+    assert takes(first, '{"reasoning": "b", "label": "a"}')
 
 
 def test_cache_is_lru_and_strictness_does_not_split_it() -> None:
@@ -721,3 +736,27 @@ def test_rule_names_are_the_pointer_tokens_as_words(tokens):
 
     pointer = join_pointer("", *tokens)
     assert _rule_base(pointer) == _reference_rule_base(pointer)
+
+
+# ----------------------------------------------------------------------------- conjunctions
+
+
+def test_conj_fields_are_all_listed_and_clones_share_no_container() -> None:
+    # Conj is a plain class (mypyc compiles its __init__); CONJ_FIELDS drives clone(),
+    # negation and constrains_anything(), so a field missing from it would be dropped there.
+    from formcast.grammar.json_conj import CONJ_FIELDS, Conj, field_items
+
+    conj = Conj()
+    attributes = {a for a in dir(conj) if not a.startswith("_") and not callable(getattr(conj, a))}
+    assert attributes == set(CONJ_FIELDS)
+    conj.required.append("id")
+    conj.inlined.add("#/$defs/node")
+    conj.max_len = 5
+    copy = conj.clone()
+    assert field_items(copy) == field_items(conj)
+    for (name, mine), (_, theirs) in zip(field_items(conj), field_items(copy), strict=True):
+        if isinstance(mine, list | set):
+            assert mine is not theirs, name
+    copy.required.append("name")
+    assert conj.required == ["id"]
+    assert copy.constrains_anything() and not Conj().constrains_anything()

@@ -156,13 +156,17 @@ def test_grammar_is_compiled_once_and_reused_across_retries_and_calls() -> None:
     pipeline = Pipeline(rt, metrics=PipelineMetrics(), grammar_cache=cache, log=False,
                         clock=clock, sleep=clock.sleep)
     first = pipeline.generate("x", schema=SCHEMA)
-    second = pipeline.generate("y", schema=dict(reversed(list(SCHEMA.items()))))  # same schema
+    second = pipeline.generate("y", schema=json.loads(json.dumps(SCHEMA)))  # an equal copy
     assert first.layer_used == "retry" and second.layer_used == "constrain"
     assert rt.grammars[0] is not None
     assert rt.grammars[0] is rt.grammars[1] is rt.grammars[2]
     assert cache.stats().misses == 1
     assert (first.metrics.grammar_cache_hit, second.metrics.grammar_cache_hit) == (False, True)
     assert first.metrics.clipped_mass_avg == pytest.approx(0.2)
+    # Property order shapes the grammar, so the same properties in another order compile anew.
+    reordered = dict(SCHEMA, properties=dict(reversed(list(SCHEMA["properties"].items()))))
+    assert pipeline.compile(reordered).grammar is not rt.grammars[0]
+    assert cache.stats().misses == 2
     assert pipeline.metrics.summary()["grammar_cache_hit_rate"] == 0.5
 
 

@@ -21,19 +21,21 @@ from formcast.grammar.ir import Grammar
 
 
 def canonical_json(value: Any) -> str:
-    """The canonical text of a JSON value: sorted keys, no whitespace, exact numbers.
+    """The schema's JSON text with no whitespace, keys in the schema's own order.
 
-    ``1`` and ``1.0`` stay distinct (their texts differ); that only costs a cache miss.
+    Key order is kept because it shapes the grammar: objects list their properties in the
+    order of ``properties`` (a schema puts ``reasoning`` before ``label`` on purpose), so two
+    schemas that differ only in key order are different compiles. ``1`` and ``1.0`` stay
+    distinct too (their texts differ); both only ever cost a cache miss.
     """
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False)
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise SchemaError(f"schema is not a JSON value: {exc}") from None
 
 
 def schema_hash(schema: Any) -> str:
-    """SHA-256 of the schema's canonical JSON text."""
+    """SHA-256 of the schema's canonical JSON text (``canonical_json``)."""
     return hashlib.sha256(canonical_json(schema).encode("utf-8")).hexdigest()
 
 

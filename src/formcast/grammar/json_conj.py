@@ -10,9 +10,8 @@ compiler reports them unless an exact route (a finite ``enum``) makes them moot.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -89,86 +88,114 @@ class Negated:
     schema: Any
 
 
-@dataclass
 class ObjectPart:
     """The object keywords of one schema object (they interact, so they stay together)."""
 
-    properties: dict[str, Sub]
-    patterns: list[tuple[str, Sub]]
-    additional: Sub | None
-    loc: Loc
+    def __init__(self, properties: dict[str, Sub], patterns: list[tuple[str, Sub]],
+                 additional: Sub | None, loc: Loc) -> None:
+        self.properties = properties
+        self.patterns = patterns
+        self.additional = additional
+        self.loc = loc
 
 
-@dataclass
 class ArrayPart:
-    prefix: list[Sub]
-    items: Sub | None
-    loc: Loc
+    def __init__(self, prefix: list[Sub], items: Sub | None, loc: Loc) -> None:
+        self.prefix = prefix
+        self.items = items
+        self.loc = loc
 
 
-@dataclass
 class Contains:
-    schema: Any
-    loc: Loc
-    min: int
-    max: int | None
-    pointer: str  # of the "contains" keyword
+    def __init__(self, schema: Any, loc: Loc, min: int, max: int | None,
+                 pointer: str) -> None:
+        self.schema = schema
+        self.loc = loc
+        self.min = min
+        self.max = max
+        self.pointer = pointer  # of the "contains" keyword
 
 
-@dataclass
 class Group:
-    kind: str  # "anyOf" | "oneOf" | "if" | "pieces" (a disjunction of conjunctions)
-    branches: list[Sub]
-    loc: Loc
-    pieces: list[Conj] | None = None
+    def __init__(self, kind: str, branches: list[Sub], loc: Loc,
+                 pieces: list[Conj] | None = None) -> None:
+        self.kind = kind  # "anyOf" | "oneOf" | "if" | "pieces" (a disjunction of conjunctions)
+        self.branches = branches
+        self.loc = loc
+        self.pieces = pieces
 
 
-@dataclass
+# Conj's fields in order (``field_items``, ``clone``). Plain classes, not dataclasses: mypyc
+# compiles a plain class's ``__init__``, but a dataclass's generated ``__init__`` stays
+# interpreted, and a schema compile makes a Conj for every subschema (an eighth of a large
+# anyOf's front end went to it).
+CONJ_FIELDS = (
+    "sources", "types", "values", "false", "issues", "seen", "low", "high", "multiples",
+    "min_len", "max_len", "length_ptrs", "patterns", "formats", "arrays", "min_items",
+    "max_items", "unique", "contains", "objects", "required", "property_names", "min_props",
+    "max_props", "count_ptrs", "dependencies", "object_issues", "groups", "nots", "inlined",
+    "string_dfas", "excluded_numbers",
+)
+
+
 class Conj:
-    sources: list[Sub] = field(default_factory=list)
-    types: set[str] | None = None
-    values: list[Any] | None = None
-    false: bool = False
-    issues: list[tuple[str, str, str]] = field(default_factory=list)
-    seen: list[tuple[str, str]] = field(default_factory=list)
-    # numbers
-    low: tuple[Decimal, bool] | None = None
-    high: tuple[Decimal, bool] | None = None
-    multiples: list[tuple[Decimal, str]] = field(default_factory=list)
-    # strings
-    min_len: int = 0
-    max_len: int | None = None
-    length_ptrs: list[str] = field(default_factory=list)
-    patterns: list[tuple[str, str]] = field(default_factory=list)
-    formats: list[tuple[str, str]] = field(default_factory=list)
-    # arrays
-    arrays: list[ArrayPart] = field(default_factory=list)
-    min_items: int = 0
-    max_items: int | None = None
-    unique: list[str] = field(default_factory=list)
-    contains: list[Contains] = field(default_factory=list)
-    # objects
-    objects: list[ObjectPart] = field(default_factory=list)
-    required: list[str] = field(default_factory=list)
-    property_names: list[Sub] = field(default_factory=list)
-    min_props: int = 0
-    max_props: int | None = None
-    count_ptrs: list[str] = field(default_factory=list)
-    dependencies: list[tuple[str, list[str], str]] = field(default_factory=list)
-    object_issues: list[tuple[str, str, str]] = field(default_factory=list)
-    # composition
-    groups: list[Group] = field(default_factory=list)
-    nots: list[Sub] = field(default_factory=list)
-    inlined: set[str] = field(default_factory=set)  # $ref targets merged in at this position
-    # produced by negation (json_negate), never by a keyword directly
-    string_dfas: list[Any] = field(default_factory=list)  # charfa.DFA the string must match
-    excluded_numbers: list[Decimal] = field(default_factory=list)
+    """Every constraint gathered for one JSON value (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.sources: list[Sub] = []
+        self.types: set[str] | None = None
+        self.values: list[Any] | None = None
+        self.false = False
+        self.issues: list[tuple[str, str, str]] = []
+        self.seen: list[tuple[str, str]] = []
+        # numbers
+        self.low: tuple[Decimal, bool] | None = None
+        self.high: tuple[Decimal, bool] | None = None
+        self.multiples: list[tuple[Decimal, str]] = []
+        # strings
+        self.min_len = 0
+        self.max_len: int | None = None
+        self.length_ptrs: list[str] = []
+        self.patterns: list[tuple[str, str]] = []
+        self.formats: list[tuple[str, str]] = []
+        # arrays
+        self.arrays: list[ArrayPart] = []
+        self.min_items = 0
+        self.max_items: int | None = None
+        self.unique: list[str] = []
+        self.contains: list[Contains] = []
+        # objects
+        self.objects: list[ObjectPart] = []
+        self.required: list[str] = []
+        self.property_names: list[Sub] = []
+        self.min_props = 0
+        self.max_props: int | None = None
+        self.count_ptrs: list[str] = []
+        self.dependencies: list[tuple[str, list[str], str]] = []
+        self.object_issues: list[tuple[str, str, str]] = []
+        # composition
+        self.groups: list[Group] = []
+        self.nots: list[Sub] = []
+        self.inlined: set[str] = set()  # $ref targets merged in at this position
+        # produced by negation (json_negate), never by a keyword directly
+        self.string_dfas: list[Any] = []  # charfa.DFA the string must match
+        self.excluded_numbers: list[Decimal] = []
+
+    def __repr__(self) -> str:
+        blank = Conj()
+        set_fields = ", ".join(f"{name}={value!r}" for name, value in field_items(self)
+                               if value != getattr(blank, name))
+        return f"Conj({set_fields})"
 
     def clone(self) -> Conj:
-        out = copy.copy(self)
+        """A copy whose lists and sets are copies too (their items are shared)."""
+        out = Conj()
         for name, value in field_items(self):
-            if isinstance(value, list | set):
-                setattr(out, name, copy.copy(value))
+            if isinstance(value, list):
+                value = list(value)
+            elif isinstance(value, set):
+                value = set(value)
+            setattr(out, name, value)
         return out
 
     def constrains_anything(self) -> bool:
@@ -246,7 +273,7 @@ def _conditional(sub: Conj, *extra: str) -> bool:
 
 def field_items(conj: Conj) -> list[tuple[str, Any]]:
     """Each field's name and value (``vars`` would miss a compiled class's fields)."""
-    return [(f.name, getattr(conj, f.name)) for f in fields(conj)]
+    return [(name, getattr(conj, name)) for name in CONJ_FIELDS]
 
 
 class Accumulator:

@@ -194,13 +194,16 @@ def compile_json_schema(schema: Any, *, whitespace: str = "flexible", strict: bo
         schema = load_schema_text(schema)
     options = CompileOptions(whitespace, max_depth, property_order, formats)
     digest = schema_hash(schema)
-    key = (digest, COMPILER_VERSION, tuple(sorted(options.as_dict().items())))
 
     def build() -> Grammar:
         with gc_paused():
             return SchemaCompiler(schema, options, digest).compile()
 
-    grammar = cache.get_or_compile(key, build) if cache is not None else build()
+    if cache is None:
+        grammar = build()
+    else:
+        key = (digest, COMPILER_VERSION, tuple(sorted(options.as_dict().items())))
+        grammar = cache.get_or_compile(key, build)
     report = grammar.report
     if strict and report is not None and report.unenforced:
         raise UnsupportedSchemaError([u.as_tuple() for u in report.unenforced])
@@ -507,7 +510,10 @@ class SchemaCompiler:
             schema_hash=self.digest, compiler_version=COMPILER_VERSION,
             options=self.options.as_dict())
         # Named by its input: the compiler is deterministic, so equal inputs give equal rules.
-        named = repr((self.digest, COMPILER_VERSION, sorted(self.options.as_dict().items())))
+        # (One repr, of the only free-form option: a repr of the whole key tuple made ~20.)
+        o = self.options
+        named = (f"{self.digest}\0{COMPILER_VERSION}\0{o.whitespace!r}\0{o.max_depth}\0"
+                 f"{o.property_order}\0{o.formats}")
         fingerprint = "s" + hashlib.sha256(named.encode()).hexdigest()[:31]
         return Grammar(self.rules, "root", report=report, readable=readable,
                        fingerprint=fingerprint, _refs_checked=True)

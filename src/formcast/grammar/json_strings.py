@@ -9,7 +9,6 @@ an escape such as ``\\n`` or a surrogate pair counts as one.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -93,13 +92,13 @@ class _Speller:
         return out
 
 
-@dataclass
 class Constraint:
     """One character-level constraint on a string: its expression, the keyword that set it and
     where (for the report when it cannot be combined with the others)."""
 
-    expr: Expr
-    sources: list[tuple[str, str]]  # (pointer, keyword) of the keywords that set it
+    def __init__(self, expr: Expr, sources: list[tuple[str, str]]) -> None:
+        self.expr = expr
+        self.sources = sources  # (pointer, keyword) of the keywords that set it
 
 
 def pattern_expr(pattern: str, pointer: str) -> Expr | str:
