@@ -64,6 +64,20 @@ static PyObject *edge_of(PyObject *lo, PyObject *hi, Py_ssize_t offset) {
     return edge;
 }
 
+/* The pair (a, b) from C numbers (new reference), by hand as edge_of. */
+static PyObject *pair_ll(long a, long b) {
+    PyObject *x = PyLong_FromLong(a), *y = x ? PyLong_FromLong(b) : NULL;
+    PyObject *pair = y ? PyTuple_New(2) : NULL;
+    if (!pair) {
+        Py_XDECREF(x);
+        Py_XDECREF(y);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, x);
+    PyTuple_SET_ITEM(pair, 1, y);
+    return pair;
+}
+
 /* The byte edge (lo, hi, offset) from C numbers (new reference). */
 static PyObject *edge_ll(long lo, long hi, Py_ssize_t offset) {
     PyObject *a = PyLong_FromLong(lo), *b = a ? PyLong_FromLong(hi) : NULL;
@@ -255,7 +269,7 @@ static PyObject *compact_rows(PyObject *byte_edges, Py_ssize_t first, Py_ssize_t
                 Py_DECREF(row);
                 goto not_smaller;
             }
-            PyObject *edge = Py_BuildValue("(iin)", b, e, t - i);
+            PyObject *edge = edge_ll(b, e, t - i);
             if (!edge || PyList_Append(row, edge) < 0) {
                 Py_XDECREF(edge);
                 Py_DECREF(row);
@@ -685,9 +699,14 @@ static int utf8_encode(long cp, unsigned char *out) {
 /* ir._split_same_length: append the byte-range paths of [lo, hi] (same UTF-8 length). */
 static int split_same_length(long lo, long hi, PyObject *out) {
     if (lo <= 0x7F) {
-        PyObject *path = Py_BuildValue("[(ll)]", lo, hi);
-        int bad = !path || PyList_Append(out, path) < 0;
-        Py_XDECREF(path);
+        PyObject *step = pair_ll(lo, hi), *path = step ? PyList_New(1) : NULL;
+        if (!path) {
+            Py_XDECREF(step);
+            return -1;
+        }
+        PyList_SET_ITEM(path, 0, step);
+        int bad = PyList_Append(out, path) < 0;
+        Py_DECREF(path);
         return bad ? -1 : 0;
     }
     int n = hi <= 0x7FF ? 2 : hi <= 0xFFFF ? 3 : 4;
@@ -710,7 +729,7 @@ static int split_same_length(long lo, long hi, PyObject *out) {
     PyObject *path = PyList_New(k);
     if (!path) return -1;
     for (int j = 0; j < k; j++) {
-        PyObject *step = Py_BuildValue("(ii)", a[j], b[j]);
+        PyObject *step = pair_ll(a[j], b[j]);
         if (!step) {
             Py_DECREF(path);
             return -1;
