@@ -760,3 +760,17 @@ def test_conj_fields_are_all_listed_and_clones_share_no_container() -> None:
     copy.required.append("name")
     assert conj.required == ["id"]
     assert copy.constrains_anything() and not Conj().constrains_anything()
+
+
+def test_schema_text_for_the_hash_is_compact_json_and_refuses_what_json_cannot_hold() -> None:
+    from formcast.errors import SchemaError
+    from formcast.grammar.cache import canonical_json
+
+    value = {"b": [1, 2.5, True, None, "é\"\n"], "a": {"c": 1e300, "d": -0.0}}
+    assert canonical_json(value) == json.dumps(value, separators=(",", ":"),
+                                               ensure_ascii=False)
+    cyclic: dict = {"type": "object"}
+    cyclic["properties"] = {"self": cyclic}
+    for bad in ({"minimum": float("nan")}, {"default": object()}, cyclic):
+        with pytest.raises(SchemaError, match="not a JSON value"):
+            compile_(bad)

@@ -10,12 +10,12 @@ reference a differential test holds the C one to. Both write into the lists the
 
 from __future__ import annotations
 
-import os
 from typing import Protocol
 
 import numpy as np
 
 from formcast.engine.nfa import NFA
+from formcast.pure_python import pure_python
 
 try:  # the optional C extension (setup.py); the pure-Python determiniser gives the same states
     from formcast.engine import _determinise
@@ -48,7 +48,7 @@ class Determiniser(Protocol):
 
 def native_determinise_enabled() -> bool:
     """Whether states are built in C (``FORMCAST_PURE_PYTHON=1`` turns it off)."""
-    return _determinise is not None and not os.environ.get("FORMCAST_PURE_PYTHON")
+    return _determinise is not None and not pure_python()
 
 
 def make_determiniser(nfa: NFA, live: list[bool], call_rule: dict[str, int], ends: list[int],

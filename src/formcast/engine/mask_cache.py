@@ -16,7 +16,6 @@ Two levels of work, both shared by every matcher of the same (grammar, vocabular
 
 from __future__ import annotations
 
-import os
 import time
 import weakref
 from array import array
@@ -29,6 +28,7 @@ from formcast.engine.lexer import Automaton
 from formcast.engine.memo_budget import MemoBudget, MemoStore, default_budget
 from formcast.engine.parser import DenseStates, Parser, State
 from formcast.engine.token_trie import TokenTrie, concat_ranges
+from formcast.pure_python import pure_python
 
 try:  # the C walk, built by setup.py when a compiler is there
     from formcast.engine import _trie_walk
@@ -116,7 +116,7 @@ def classify_tokens(dense: DenseStates, table: TokenTable, base: int,
 
 def native_walk_enabled() -> bool:
     """Whether cold masks use the C walk (``FORMCAST_PURE_PYTHON=1`` turns it off)."""
-    return _trie_walk is not None and not os.environ.get("FORMCAST_PURE_PYTHON")
+    return _trie_walk is not None and not pure_python()
 
 
 def classify_tokens_native(dense: DenseStates, table: TokenTable, base: int,

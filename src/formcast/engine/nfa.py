@@ -20,7 +20,6 @@ enters them: that is what makes "a walk under the mask never reaches a dead end"
 from __future__ import annotations
 
 import heapq
-import os
 import weakref
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
@@ -42,6 +41,7 @@ from formcast.grammar.ir import (
     iter_refs,
     utf8_byte_sequences,
 )
+from formcast.pure_python import pure_python
 
 # The optional C extensions (setup.py): one pastes fragment copies, the other builds the
 # NFA's plain parts. The Python code here does the same, state for state.
@@ -154,7 +154,7 @@ class CopyOwners:
 
 def native_paste_enabled() -> bool:
     """Whether fragment copies are pasted in C (``FORMCAST_PURE_PYTHON=1`` turns it off)."""
-    return not os.environ.get("FORMCAST_PURE_PYTHON")
+    return not pure_python()
 
 
 def _too_large() -> GrammarError:

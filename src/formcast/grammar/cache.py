@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from formcast.errors import SchemaError
@@ -29,9 +30,20 @@ def canonical_json(value: Any) -> str:
     distinct too (their texts differ); both only ever cost a cache miss.
     """
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        if c_make_encoder is None:  # a Python without the C accelerator
+            return json.dumps(value, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False)
+        # json.dumps with these options builds a JSONEncoder and runs three Python functions
+        # before reaching this C encoder; a compile hashes its schema every time.
+        encode = c_make_encoder({}, _not_json, encode_basestring, None, ":", ",", False,
+                                False, False)
+        return "".join(encode(value, 0))
     except (TypeError, ValueError) as exc:
         raise SchemaError(f"schema is not a JSON value: {exc}") from None
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def schema_hash(schema: Any) -> str:
