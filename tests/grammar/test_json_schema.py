@@ -774,3 +774,26 @@ def test_schema_text_for_the_hash_is_compact_json_and_refuses_what_json_cannot_h
     for bad in ({"minimum": float("nan")}, {"default": object()}, cyclic):
         with pytest.raises(SchemaError, match="not a JSON value"):
             compile_(bad)
+
+
+def test_a_format_under_a_length_bound_compiles_to_rules_not_an_exponential_tree() -> None:
+    # format ∩ maxLength is an acyclic automaton with many paths into each state; spelled
+    # as one nested expression it was exponential as a tree, and the NFA builder (a tree
+    # walk) never finished. Shared large states now become rules.
+    grammar = compile_({"type": "string", "format": "email", "maxLength": 40})
+    cap = 2_000_000
+    walked = 0
+    for body in grammar.engine_rules.values():
+        stack = [body]
+        while stack and walked < cap:
+            node = stack.pop()
+            walked += 1
+            if isinstance(node, Seq | Choice):
+                stack.extend(node.items)
+            elif isinstance(node, Repeat):
+                stack.append(node.item)
+    assert walked < cap
+    assert takes(grammar, '"ana.lopez@example.com"')
+    assert takes(grammar, '"' + "a" * 26 + '@example.com"')  # 38 characters
+    assert not takes(grammar, '"' + "a" * 30 + '@example.com"')  # 42
+    assert not takes(grammar, '"not an email"')

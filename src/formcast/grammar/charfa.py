@@ -521,6 +521,11 @@ def _minimize(d: DFA) -> DFA:
 # ----------------------------------------------------------------------------- back to IR
 
 
+# The largest expression (in IR nodes) a state shared by several others is inlined as; a larger
+# one becomes a rule (see to_expr).
+SHARED_INLINE_MAX = 64
+
+
 def to_expr(d: DFA, char_expr: Callable[[Ranges], Expr], rules: dict[str, Expr],
             prefix: str) -> Expr:
     """An IR expression for ``d``'s language, characters spelled by ``char_expr``.
@@ -565,6 +570,29 @@ def to_expr(d: DFA, char_expr: Callable[[Ranges], Expr], rules: dict[str, Expr],
     while any(name.startswith(base + "-") for name in rules):
         base, k = f"{prefix}{k}", k + 1
     names = {s: f"{base}-{s}" for s in range(n) if s in cyclic}
+    # A state reached from several others is one shared subexpression, but whatever walks the
+    # IR as a tree (the NFA builder, the GBNF printer) meets it once per path: an acyclic
+    # automaton with many paths (``format: email`` with ``maxLength: 40``) is exponential as
+    # a tree. Such a state becomes a rule once its expression is larger than a few nodes.
+    sizes: dict[int, int] = {}
+
+    def inline_size(t: int) -> int:
+        """Nodes of ``t``'s expression as inlined (1 for a rule), naming shared large states
+        on the way (their descendants first)."""
+        if t in names:
+            return 1
+        got = sizes.get(t)
+        if got is None:
+            got = 1 + sum(2 + inline_size(u) for u in edges[t] if u != t)
+            if preds[t] > 1 and got > SHARED_INLINE_MAX:
+                names[t] = f"{base}-{t}"
+                got = 1
+            sizes[t] = got
+        return got
+
+    for root in (d.start, *sorted(cyclic)):
+        for u in edges[root]:
+            inline_size(u)
 
     def body(s: int) -> Expr:
         loop = edges[s].get(s)
