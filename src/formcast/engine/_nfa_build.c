@@ -200,34 +200,117 @@ static int fragment_closures(PyObject *eps, Py_ssize_t first, Py_ssize_t n, Frag
     return 0;
 }
 
-/* The byte moves of DFA state `set`: moves[b] = union of the closures its bytes b reach.
- * 0, 1 when an edge leaves the fragment, -1 on error. */
-static int fragment_moves(PyObject *byte_edges, Py_ssize_t first, Py_ssize_t n,
-                          const FragSet *clo, const FragSet *set, FragSet *moves) {
-    memset(moves, 0, sizeof(FragSet) * 256);
+/* The fragment's byte edges read once into C (they are met again for every DFA state),
+ * with the bytes cut into classes: maximal runs no edge boundary splits, so that every
+ * byte of a class moves alike and a DFA state's moves are computed per class, not per byte
+ * (a JSON string character: ~20 classes for 256 bytes). Edge k of NFA state x is
+ * start[x] <= k < start[x + 1]; its classes are lo_cls[k]..hi_cls[k], its target `to[k]`
+ * (-1: it leaves the fragment). */
+typedef struct {
+    Py_ssize_t *start;
+    int16_t *lo_cls, *hi_cls;
+    int32_t *to;
+    int16_t cls_lo[257]; /* first byte of each class; cls_lo[n_cls] = 256 */
+    int n_cls;
+} FragEdges;
+
+static void frag_edges_free(FragEdges *f) {
+    free(f->start);
+    free(f->lo_cls);
+    free(f->hi_cls);
+    free(f->to);
+}
+
+static int frag_edges_read(PyObject *byte_edges, Py_ssize_t first, Py_ssize_t n,
+                           FragEdges *f) {
+    Py_ssize_t total = 0, cap = 0;
+    long *lo = NULL, *hi = NULL;
+    f->start = malloc(sizeof(Py_ssize_t) * (size_t)(n + 1));
+    if (!f->start) goto nomem;
+    unsigned char cut[257] = {0}; /* cut[b]: a class begins at byte b */
+    cut[0] = cut[256] = 1;
     for (Py_ssize_t x = 0; x < n; x++) {
-        if (!(set->w[x >> 6] & ((uint64_t)1 << (x & 63)))) continue;
+        f->start[x] = total;
         PyObject **edges;
         Py_ssize_t k;
         if (items_of(PyList_GET_ITEM(byte_edges, first + x), &edges, &k, "byte edges") < 0)
-            return -1;
+            goto fail;
+        if (total + k > cap) {
+            cap = 2 * (total + k) + 16;
+            long *nlo = realloc(lo, sizeof(long) * (size_t)cap);
+            if (nlo) lo = nlo;
+            long *nhi = nlo ? realloc(hi, sizeof(long) * (size_t)cap) : NULL;
+            if (nhi) hi = nhi;
+            int32_t *nto = nhi ? realloc(f->to, sizeof(int32_t) * (size_t)cap) : NULL;
+            if (!nto) goto nomem;
+            f->to = nto;
+        }
         for (Py_ssize_t j = 0; j < k; j++) {
             PyObject *e = edges[j];
             if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3) {
                 PyErr_SetString(PyExc_TypeError, "compact: byte edges are (lo, hi, offset)");
-                return -1;
+                goto fail;
             }
-            long lo = PyLong_AsLong(PyTuple_GET_ITEM(e, 0));
-            long hi = PyLong_AsLong(PyTuple_GET_ITEM(e, 1));
+            long a = PyLong_AsLong(PyTuple_GET_ITEM(e, 0));
+            long b = PyLong_AsLong(PyTuple_GET_ITEM(e, 1));
             long d = PyLong_AsLong(PyTuple_GET_ITEM(e, 2));
-            if (PyErr_Occurred()) return -1;
+            if (PyErr_Occurred()) goto fail;
             long y = x + d;
-            if (y < 0 || y >= n) return 1;
-            if (lo < 0) lo = 0;
-            if (hi > 255) hi = 255;
-            const FragSet *to = &clo[y];
-            for (long b = lo; b <= hi; b++)
-                for (int w = 0; w < COMPACT_WORDS; w++) moves[b].w[w] |= to->w[w];
+            if (a < 0) a = 0;
+            if (b > 255) b = 255;
+            lo[total] = a;
+            hi[total] = b;
+            f->to[total] = (y < 0 || y >= n) ? -1 : (int32_t)y;
+            if (a <= b) {
+                cut[a] = 1;
+                cut[b + 1] = 1;
+            }
+            total++;
+        }
+    }
+    f->start[n] = total;
+    int16_t cls_of[256];
+    f->n_cls = 0;
+    for (int b = 0; b < 256; b++) {
+        if (cut[b]) f->cls_lo[f->n_cls++] = (int16_t)b;
+        cls_of[b] = (int16_t)(f->n_cls - 1);
+    }
+    f->cls_lo[f->n_cls] = 256;
+    f->lo_cls = malloc(sizeof(int16_t) * (size_t)(total + 1));
+    f->hi_cls = malloc(sizeof(int16_t) * (size_t)(total + 1));
+    if (!f->lo_cls || !f->hi_cls) goto nomem;
+    for (Py_ssize_t k = 0; k < total; k++) {
+        if (lo[k] > hi[k]) { /* an empty range moves nothing */
+            f->lo_cls[k] = 1;
+            f->hi_cls[k] = 0;
+        } else {
+            f->lo_cls[k] = cls_of[lo[k]];
+            f->hi_cls[k] = cls_of[hi[k]];
+        }
+    }
+    free(lo);
+    free(hi);
+    return 0;
+nomem:
+    PyErr_NoMemory();
+fail:
+    free(lo);
+    free(hi);
+    return -1;
+}
+
+/* The moves of DFA state `set` per byte class: moves[c] = union of the closures the bytes
+ * of class c reach. 0, 1 when an edge leaves the fragment. */
+static int fragment_moves(const FragEdges *f, Py_ssize_t n, const FragSet *clo,
+                          const FragSet *set, FragSet *moves) {
+    memset(moves, 0, sizeof(FragSet) * (size_t)f->n_cls);
+    for (Py_ssize_t x = 0; x < n; x++) {
+        if (!(set->w[x >> 6] & ((uint64_t)1 << (x & 63)))) continue;
+        for (Py_ssize_t k = f->start[x]; k < f->start[x + 1]; k++) {
+            if (f->to[k] < 0) return 1;
+            const FragSet *to = &clo[f->to[k]];
+            for (int c = f->lo_cls[k]; c <= f->hi_cls[k]; c++)
+                for (int w = 0; w < COMPACT_WORDS; w++) moves[c].w[w] |= to->w[w];
         }
     }
     return 0;
@@ -244,39 +327,38 @@ static Py_ssize_t fragment_intern(FragSet *states, Py_ssize_t *count, Py_ssize_t
     return (*count)++;
 }
 
-static PyObject *compact_rows(PyObject *byte_edges, Py_ssize_t first, Py_ssize_t n,
-                              Py_ssize_t exit_at, const FragSet *clo, FragSet *states,
-                              FragSet *moves) {
+/* Rows by class give the same edges as rows by byte: bytes of a class move alike, so a
+ * maximal run of classes with equal moves is a maximal run of bytes with equal moves. */
+static PyObject *compact_rows(const FragEdges *f, Py_ssize_t n, Py_ssize_t exit_at,
+                              const FragSet *clo, FragSet *states, FragSet *moves) {
     PyObject *rows = PyList_New(0), *exits = PyList_New(0);
     if (!rows || !exits) goto fail;
     Py_ssize_t count = 1;
     states[0] = clo[0];
     for (Py_ssize_t i = 0; i < count; i++) {
-        int got = fragment_moves(byte_edges, first, n, clo, &states[i], moves);
-        if (got < 0) goto fail;
-        if (got > 0) goto not_smaller;
+        if (fragment_moves(f, n, clo, &states[i], moves) > 0) goto not_smaller;
         PyObject *row = PyList_New(0);
         if (!row) goto fail;
-        for (int b = 0; b < 256;) {
-            if (fragset_empty(&moves[b])) {
-                b++;
+        for (int c = 0; c < f->n_cls;) {
+            if (fragset_empty(&moves[c])) {
+                c++;
                 continue;
             }
-            int e = b;
-            while (e + 1 < 256 && fragset_eq(&moves[e + 1], &moves[b])) e++;
-            Py_ssize_t t = fragment_intern(states, &count, n, &moves[b]);
+            int e = c;
+            while (e + 1 < f->n_cls && fragset_eq(&moves[e + 1], &moves[c])) e++;
+            Py_ssize_t t = fragment_intern(states, &count, n, &moves[c]);
             if (t < 0) {
                 Py_DECREF(row);
                 goto not_smaller;
             }
-            PyObject *edge = edge_ll(b, e, t - i);
+            PyObject *edge = edge_ll(f->cls_lo[c], f->cls_lo[e + 1] - 1, t - i);
             if (!edge || PyList_Append(row, edge) < 0) {
                 Py_XDECREF(edge);
                 Py_DECREF(row);
                 goto fail;
             }
             Py_DECREF(edge);
-            b = e + 1;
+            c = e + 1;
         }
         int bad = PyList_Append(rows, row);
         Py_DECREF(row);
@@ -313,18 +395,21 @@ static PyObject *compact(PyObject *self, PyObject *args) {
     FragSet *clo = malloc(sizeof(FragSet) * (size_t)n);
     FragSet *states = malloc(sizeof(FragSet) * (size_t)n);
     FragSet *moves = malloc(sizeof(FragSet) * 256);
+    FragEdges edges = {0};
     PyObject *out = NULL;
     if (!clo || !states || !moves) {
         PyErr_NoMemory();
     } else {
         int got = fragment_closures(eps, first, n, clo);
-        if (got == 0)
-            out = compact_rows(byte_edges, first, n, exit_ - first, clo, states, moves);
-        else if (got > 0) {
+        if (got == 0) {
+            if (frag_edges_read(byte_edges, first, n, &edges) == 0)
+                out = compact_rows(&edges, n, exit_ - first, clo, states, moves);
+        } else if (got > 0) {
             Py_INCREF(Py_None);
             out = Py_None;
         }
     }
+    frag_edges_free(&edges);
     free(clo);
     free(states);
     free(moves);
