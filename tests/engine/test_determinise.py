@@ -205,7 +205,7 @@ def _grammar_scans(grammar: Grammar) -> tuple:
     builder = nfa_module._Builder(rules, {grammar.start})
     sizes = {name: builder._inline_size(name, ()) for name in sorted(rules)}
     return (nfa_module._reference_counts(rules),
-            nfa_module._choose_call_rules(rules, grammar.start),
+            nfa_module._rule_graph_calls(rules, nfa_module._rule_refs(rules), grammar.start),
             nfa_module._rules_productive(rules, set(rules)), sizes)
 
 
@@ -219,6 +219,31 @@ def test_c_and_python_scan_grammars_alike(grammar):
         native = _grammar_scans(grammar)
         monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
         assert _grammar_scans(grammar) == native
+
+
+_RULE_NAMES = st.sampled_from(["a", "b", "c", "d", "e", "f", "g"])
+
+
+@needs_native
+@fuzz_settings(300)
+@given(graph=st.dictionaries(_RULE_NAMES, st.lists(_RULE_NAMES, max_size=4), min_size=1))
+def test_c_and_python_cut_every_cycle_of_a_reference_graph_alike(graph):
+    """The call rules decide which rules are inlined: on any reference graph (cycles through
+    several rules, self-references, repeats), C and Python keep the same ones, and once those
+    are calls, no other rule can reach itself."""
+    from formcast.engine import nfa as nfa_module
+
+    refs = {name: [t for t in targets if t in graph] for name, targets in graph.items()}
+    start = min(refs)
+    native = nfa_module._rule_graph_calls({}, refs, start)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setenv("FORMCAST_PURE_PYTHON", "1")
+        assert nfa_module._rule_graph_calls({}, refs, start) == native
+    acyclic, calls = native
+    assert start in calls and (calls == {start} or not acyclic)
+    inlined = {name: {t for t in refs[name] if t not in calls}
+               for name in refs if name not in calls}
+    assert not nfa_module._on_cycles_or_before(inlined)
 
 
 @needs_native

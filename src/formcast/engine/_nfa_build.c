@@ -2455,6 +2455,246 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ the rule graph */
+
+/* rule_refs(rules) -> {name: [names it refers to, with repeats]} (nfa._rule_refs). */
+static PyObject *rule_refs(PyObject *self, PyObject *rules) {
+    (void)self;
+    PyObject *items = PyMapping_Items(rules);
+    if (!items) return NULL;
+    PyObject *out = PyDict_New();
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(items, i), *name, *body;
+        PyObject *names = pair_items(pair, &name, &body) < 0 ? NULL : PyList_New(0);
+        if (!names || collect_refs(body, names) < 0 || PyDict_SetItem(out, name, names) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(names);
+    }
+    Py_DECREF(items);
+    return out;
+}
+
+/* A rule graph over indexes: each node's distinct successors, and its callers. */
+typedef struct {
+    Py_ssize_t n;
+    Py_ssize_t *out_at, *out; /* successors of i: out[out_at[i] .. out_at[i + 1]) */
+    Py_ssize_t *in_at, *in;   /* callers, the same way */
+} RuleGraph;
+
+/* Mark in `kept` the nodes among `alive` from which a cycle of alive nodes can be reached:
+ * the others are peeled off from the sinks up (nfa._on_cycles_or_before). Returns how many
+ * are kept. `work` holds 2n. */
+static Py_ssize_t on_cycles_or_before(const RuleGraph *g, const char *alive, char *kept,
+                                      Py_ssize_t *work) {
+    Py_ssize_t n = g->n, *degree = work, *sinks = work + n, top = 0, left = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        kept[i] = alive[i];
+        if (!alive[i]) continue;
+        left++;
+        degree[i] = 0;
+        for (Py_ssize_t k = g->out_at[i]; k < g->out_at[i + 1]; k++) degree[i] += alive[g->out[k]];
+        if (!degree[i]) sinks[top++] = i;
+    }
+    while (top) {
+        Py_ssize_t x = sinks[--top];
+        kept[x] = 0;
+        left--;
+        for (Py_ssize_t k = g->in_at[x]; k < g->in_at[x + 1]; k++) {
+            Py_ssize_t c = g->in[k];
+            if (alive[c] && --degree[c] == 0) sinks[top++] = c;
+        }
+    }
+    return left;
+}
+
+/* Strongly connected components of the `kept` nodes (Tarjan, iterative). Each component
+ * with a cycle gets the member cut_member picks appended to `cuts`. `work` holds 6n. */
+static int cut_cycles(const RuleGraph *g, const char *kept, PyObject **names, Py_ssize_t *work,
+                      Py_ssize_t *cuts, Py_ssize_t *n_cuts) {
+    Py_ssize_t n = g->n, *index = work, *low = work + n, *stack = work + 2 * n,
+               *frames = work + 3 * n, *next_edge = work + 4 * n, *member = work + 5 * n;
+    Py_ssize_t counter = 0, top = 0;
+    for (Py_ssize_t i = 0; i < n; i++) index[i] = -1, member[i] = 0;
+    for (Py_ssize_t root = 0; root < n; root++) {
+        if (!kept[root] || index[root] >= 0) continue;
+        Py_ssize_t depth = 0;
+        frames[depth++] = root;
+        index[root] = low[root] = counter++;
+        next_edge[root] = g->out_at[root];
+        stack[top++] = root;
+        member[root] = 1; /* on the stack */
+        while (depth) {
+            Py_ssize_t x = frames[depth - 1];
+            if (next_edge[x] < g->out_at[x + 1]) {
+                Py_ssize_t y = g->out[next_edge[x]++];
+                if (!kept[y]) continue;
+                if (index[y] < 0) {
+                    index[y] = low[y] = counter++;
+                    next_edge[y] = g->out_at[y];
+                    stack[top++] = y;
+                    member[y] = 1;
+                    frames[depth++] = y;
+                } else if (member[y] == 1 && index[y] < low[x]) {
+                    low[x] = index[y];
+                }
+                continue;
+            }
+            depth--;
+            if (depth && low[x] < low[frames[depth - 1]]) low[frames[depth - 1]] = low[x];
+            if (low[x] != index[x]) continue;
+            /* x roots a component: stack[from .. top) */
+            Py_ssize_t from = top;
+            do from--; while (stack[from] != x);
+            int self_loop = 0;
+            for (Py_ssize_t k = g->out_at[x]; k < g->out_at[x + 1]; k++) self_loop |= g->out[k] == x;
+            for (Py_ssize_t k = from; k < top; k++) member[stack[k]] = 2; /* in this one */
+            if (top - from > 1 || self_loop) {
+                /* Cut the member referenced most often from inside its cycle; ties go to
+                 * the smallest name (max over the sorted members). */
+                Py_ssize_t best = -1, best_count = -1;
+                for (Py_ssize_t k = from; k < top; k++) {
+                    Py_ssize_t v = stack[k], count = 0;
+                    for (Py_ssize_t j = g->in_at[v]; j < g->in_at[v + 1]; j++)
+                        count += member[g->in[j]] == 2;
+                    int better = count > best_count;
+                    if (!better && count == best_count) {
+                        int cmp = PyUnicode_Compare(names[v], names[best]);
+                        if (cmp == -1 && PyErr_Occurred()) return -1;
+                        better = cmp < 0;
+                    }
+                    if (better) best = v, best_count = count;
+                }
+                cuts[(*n_cuts)++] = best;
+            }
+            for (Py_ssize_t k = from; k < top; k++) member[stack[k]] = 0;
+            top = from;
+        }
+    }
+    return 0;
+}
+
+/* call_rules(refs, start) -> (acyclic, calls) | None: the rules kept as calls so that the
+ * rest of the reference graph has no cycle (nfa._call_rules_of), and whether the graph had
+ * none to begin with. refs is _rule_refs's dict. None when a reference names no rule (the
+ * Python path then names it in its error). */
+static PyObject *call_rules(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *refs, *start;
+    if (!PyArg_ParseTuple(args, "O!U", &PyDict_Type, &refs, &start)) return NULL;
+    Py_ssize_t n = PyDict_GET_SIZE(refs), total = 0, pos = 0, i = 0;
+    PyObject *key, *value, *result = NULL, *calls = NULL;
+    while (PyDict_Next(refs, &pos, &key, &value)) {
+        if (!PyList_Check(value)) {
+            PyErr_SetString(PyExc_TypeError, "call_rules: references must be lists");
+            return NULL;
+        }
+        total += PyList_GET_SIZE(value);
+    }
+    /* names, out_at, out, in_at, in, stamp, alive, kept, cuts, work (6n) */
+    Py_ssize_t words = n + (n + 1) + total + (n + 2) + total + n + n + 6 * n + 1;
+    Py_ssize_t *block = malloc(sizeof(Py_ssize_t) * (size_t)words + 2 * (size_t)n + 2);
+    PyObject *index = PyDict_New();
+    if (!block || !index) {
+        if (!block) PyErr_NoMemory();
+        goto done;
+    }
+    PyObject **names = (PyObject **)block;
+    RuleGraph g = {n, block + n, block + 2 * n + 1, NULL, NULL};
+    g.in_at = g.out + total;
+    g.in = g.in_at + n + 2;
+    Py_ssize_t *stamp = g.in + total, *cuts = stamp + n, *work = cuts + n;
+    char *alive = (char *)(work + 6 * n + 1), *kept = alive + n + 1;
+    pos = 0;
+    while (PyDict_Next(refs, &pos, &key, &value)) {
+        PyObject *at = PyLong_FromSsize_t(i);
+        int bad = !at || PyDict_SetItem(index, key, at) < 0;
+        Py_XDECREF(at);
+        if (bad) goto done;
+        names[i] = key;
+        stamp[i++] = -1;
+    }
+    /* distinct successors; callers counted into in_at[j + 2], then prefix sums */
+    Py_ssize_t edges = 0;
+    for (Py_ssize_t j = 0; j < n + 2; j++) g.in_at[j] = 0;
+    for (i = 0; i < n; i++) {
+        g.out_at[i] = edges;
+        PyObject *targets = PyDict_GetItemWithError(refs, names[i]);
+        for (Py_ssize_t k = 0; targets && k < PyList_GET_SIZE(targets); k++) {
+            PyObject *at = PyDict_GetItemWithError(index, PyList_GET_ITEM(targets, k));
+            if (!at) {
+                if (!PyErr_Occurred()) result = Py_NewRef(Py_None); /* undefined */
+                goto done;
+            }
+            Py_ssize_t j = PyLong_AsSsize_t(at);
+            if (stamp[j] == i) continue;
+            stamp[j] = i;
+            g.out[edges++] = j;
+            g.in_at[j + 2]++;
+        }
+        if (!targets) goto done;
+    }
+    g.out_at[n] = edges;
+    for (Py_ssize_t j = 2; j < n + 2; j++) g.in_at[j] += g.in_at[j - 1];
+    for (i = 0; i < n; i++)
+        for (Py_ssize_t k = g.out_at[i]; k < g.out_at[i + 1]; k++)
+            g.in[g.in_at[g.out[k] + 1]++] = i;
+    /* in_at[j] .. in_at[j + 1] now spans j's callers */
+    for (i = 0; i < n; i++) alive[i] = 1;
+    int acyclic = on_cycles_or_before(&g, alive, kept, work) == 0;
+    PyObject *start_at = PyDict_GetItemWithError(index, start);
+    if (!start_at && PyErr_Occurred()) goto done;
+    if (start_at) alive[PyLong_AsSsize_t(start_at)] = 0;
+    calls = PySet_New(NULL);
+    if (!calls || PySet_Add(calls, start) < 0) goto done;
+    while (!acyclic && on_cycles_or_before(&g, alive, kept, work) > 0) {
+        Py_ssize_t n_cuts = 0;
+        if (cut_cycles(&g, kept, names, work, cuts, &n_cuts) < 0) goto done;
+        if (!n_cuts) break; /* cannot happen: kept nodes reach a cycle */
+        for (Py_ssize_t k = 0; k < n_cuts; k++) {
+            alive[cuts[k]] = 0;
+            if (PySet_Add(calls, names[cuts[k]]) < 0) goto done;
+        }
+    }
+    result = Py_BuildValue("(OO)", acyclic ? Py_True : Py_False, calls);
+done:
+    Py_XDECREF(calls);
+    Py_XDECREF(index);
+    free(block);
+    return result;
+}
+
+/* rules_productive(rules, names) -> whether every rule in names derives a string (the
+ * fixpoint of nfa._rules_productive over derives). */
+static PyObject *rules_productive(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *rules, *names;
+    if (!PyArg_ParseTuple(args, "OO!", &rules, &PySet_Type, &names)) return NULL;
+    PyObject *items = PyMapping_Items(rules);
+    PyObject *productive = items ? PySet_New(NULL) : NULL;
+    PyObject *result = NULL;
+    int changed = productive != NULL;
+    while (changed) {
+        changed = 0;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+            PyObject *name, *body;
+            if (pair_items(PyList_GET_ITEM(items, i), &name, &body) < 0) goto done;
+            int known = PySet_Contains(productive, name);
+            int got = known ? known : derives_string(body, productive);
+            if (got < 0) goto done;
+            if (!known && got) {
+                if (PySet_Add(productive, name) < 0) goto done;
+                changed = 1;
+            }
+        }
+    }
+    if (productive) result = PyObject_RichCompare(names, productive, Py_LE);
+done:
+    Py_XDECREF(productive);
+    Py_XDECREF(items);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS,
      "setup(literal, byte_set, char_set, seq, choice, repeat, ref, step_one, no_edges, "
@@ -2472,6 +2712,13 @@ static PyMethodDef methods[] = {
      "min_bytes(edges, first, exit_offset, inner) -> the fewest bytes across one copy"},
     {"ref_names", ref_names, METH_O,
      "ref_names(expr) -> the names of the rules expr refers to, with repeats"},
+    {"rule_refs", rule_refs, METH_O,
+     "rule_refs(rules) -> {name: the names of the rules its body refers to, with repeats}"},
+    {"call_rules", call_rules, METH_VARARGS,
+     "call_rules(refs, start) -> (acyclic, calls) | None: the rules kept as calls so that "
+     "no other rule reaches itself (None: a reference to no rule)"},
+    {"rules_productive", rules_productive, METH_VARARGS,
+     "rules_productive(rules, names) -> whether every rule in names derives a string"},
     {"derives", derives, METH_VARARGS,
      "derives(expr, productive) -> whether expr derives a string, given the productive rules"},
     {"expr_size", expr_size, METH_VARARGS,

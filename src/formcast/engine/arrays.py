@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import mmap
 import threading
-import weakref
 
 import numpy as np
 
@@ -25,45 +24,52 @@ def grown_rows(array: np.ndarray, fill, at_least: int = 0) -> np.ndarray:
 
 
 def reserved_rows(rows: int, width: int, dtype: type = np.int32,
-                  owner: object | None = None) -> np.ndarray:
+                  reuse: bool = False) -> np.ndarray:
     """A ``rows x width`` array whose memory is committed page by page as rows are written:
     an anonymous private mapping, so a large capacity costs address space only. (numpy's own
     allocation of a large array asks for transparent huge pages, and the first write then
     clears 2 MB at once: about 100 us inside the first mask of a small grammar.)
 
-    With an ``owner``, the mapping goes back to a small pool when the owner is collected, and
-    a later table of the same size reuses it: its rows then hold what the last owner wrote,
-    so only an owner that writes every row before reading it may pass itself (the parser
-    states' table: its ``filled`` flags guard every read). Committing a page costs ~1-2 us
-    here, and a schema's first pass writes a page for every two DFA states (~2 ms for 3,000
-    states); a process compiling its next grammar pays that only for rows past the last
-    one's high-water mark."""
+    With ``reuse``, it may be a table an earlier owner gave back (``give_back_rows``), with
+    the rows that owner wrote, so only an owner that writes every row before reading it may
+    ask (the parser states' table: its ``filled`` flags guard every read). Committing a page
+    costs ~1-2 us here, and a schema's first pass writes a page for every two DFA states
+    (~2 ms for 3,000 states); a process compiling its next grammar pays that only for rows
+    past the last one's high-water mark."""
     itemsize = np.dtype(dtype).itemsize
     nbytes = max(rows * width * itemsize, 1)
-    buffer = _recycled.take(nbytes) if owner is not None else None
-    if buffer is None:
-        buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if owner is not None:
-        weakref.finalize(owner, _recycled.give, buffer)
-    return np.frombuffer(buffer, dtype=dtype, count=rows * width).reshape(rows, width)
+    got = _recycled.take(nbytes) if reuse else None
+    if isinstance(got, np.ndarray) and got.shape == (rows, width) and got.dtype == dtype:
+        return got
+    if got is None:
+        got = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return np.frombuffer(got, dtype=dtype, count=rows * width).reshape(rows, width)
+
+
+def give_back_rows(table: np.ndarray) -> None:
+    """Hand a ``reserved_rows`` table to the next owner that asks with ``reuse`` (call it
+    once nothing reads the table any more)."""
+    _recycled.give(table)
 
 
 class _MappingPool:
-    """Released mappings, at most ``keep`` of them, handed out again by size."""
+    """Released tables (or bare mappings), at most ``keep`` of them, handed out again by
+    size. A table is kept whole: the next one of its shape needs no new numpy view."""
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
-        self._free: list[mmap.mmap] = []
+        self._free: list[mmap.mmap | np.ndarray] = []
         self._lock = threading.Lock()
 
-    def take(self, nbytes: int) -> mmap.mmap | None:
+    def take(self, nbytes: int) -> mmap.mmap | np.ndarray | None:
         with self._lock:
             for i, buffer in enumerate(self._free):
-                if len(buffer) == nbytes:
+                size = buffer.nbytes if isinstance(buffer, np.ndarray) else len(buffer)
+                if size == nbytes:
                     return self._free.pop(i)
         return None
 
-    def give(self, buffer: mmap.mmap) -> None:
+    def give(self, buffer: mmap.mmap | np.ndarray) -> None:
         with self._lock:
             if len(self._free) < self.keep:
                 self._free.append(buffer)

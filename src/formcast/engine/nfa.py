@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import weakref
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
@@ -537,19 +537,13 @@ def _separated_loop(items: tuple[Expr, ...]) -> tuple[int, int] | None:
     return None
 
 
-def _refs_in(body: Expr, native: bool) -> Iterable[str]:
-    """The rule names ``body`` refers to, each as often as it does (``native``: in C)."""
-    if native:
-        return _nfa_build.ref_names(body)
-    return iter_refs(body)
-
-
 def _rule_refs(rules: Mapping[str, Expr]) -> dict[str, list[str]]:
     """Each rule's references, each as often as it makes it: one walk of every rule body,
     shared by the reference graph and the reference counts (a walk of a 14-way anyOf's
     rules is ~50 us)."""
-    native = _nfa_build is not None and native_paste_enabled()
-    return {name: list(_refs_in(body, native)) for name, body in rules.items()}
+    if _nfa_build is not None and native_paste_enabled():
+        return _nfa_build.rule_refs(rules)
+    return {name: list(iter_refs(body)) for name, body in rules.items()}
 
 
 def _reference_counts(rules: Mapping[str, Expr],
@@ -595,9 +589,20 @@ def _reference_graph(rules: Mapping[str, Expr],
     return graph
 
 
-def _choose_call_rules(rules: Mapping[str, Expr], start: str) -> set[str]:
-    """Pick rules to keep as calls so that the remaining reference graph has no cycles."""
-    return _call_rules_of(_reference_graph(rules), start)
+def _rule_graph_calls(rules: Mapping[str, Expr], refs: dict[str, list[str]],
+                      start: str) -> tuple[bool, set[str]]:
+    """``(acyclic, call rules)``: whether no rule reaches itself, and the rules kept as calls
+    so that no other one does (the start rule among them). In C when built: in Python the
+    graph walks were ~65 us of a small recursive schema's first compile."""
+    if _nfa_build is not None and native_paste_enabled():
+        got = _nfa_build.call_rules(refs, start)
+        if got is not None:
+            return got
+        # else a reference to no rule: the Python path names it
+    graph = _reference_graph(rules, refs)
+    if not _on_cycles_or_before(graph):
+        return True, {start}
+    return False, _call_rules_of(graph, start)
 
 
 def _call_rules_of(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -1204,16 +1209,16 @@ def _derives(e: Expr, productive: set[str]) -> bool:
 
 def _rules_productive(rules: Mapping[str, Expr], names: set[str]) -> bool:
     """Whether every rule in ``names`` derives at least one string (fixpoint over the IR)."""
+    if _nfa_build is not None and native_paste_enabled():
+        return _nfa_build.rules_productive(rules, names)
     productive: set[str] = set()
-    derives = _nfa_build.derives if _nfa_build is not None and native_paste_enabled() \
-        else _derives
     changed = True
     while changed:
         changed = False
         for name, body in rules.items():
             if name in productive:
                 continue
-            if derives(body, productive):
+            if _derives(body, productive):
                 productive.add(name)
                 changed = True
     return names <= productive
@@ -1278,11 +1283,9 @@ def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[s
     """
     rules = grammar.engine_rules
     refs = _rule_refs(rules)
-    graph = _reference_graph(rules, refs)
     # No rule reaches itself (most schemas): the start rule is the only call, and every rule
     # derives a string unless the builder met an empty node (may_die).
-    acyclic = not _on_cycles_or_before(graph)
-    call_rules = {grammar.start} if acyclic else _call_rules_of(graph, grammar.start)
+    acyclic, call_rules = _rule_graph_calls(rules, refs, grammar.start)
     builder = _Builder(rules, call_rules, refs)
     order = [grammar.start] + sorted(r for r in call_rules if r != grammar.start)
     fragments = {name: builder.build_rule(name) for name in order}

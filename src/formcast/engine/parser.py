@@ -17,10 +17,11 @@ so a walk of the whole vocabulary from one state is a numpy gather per byte posi
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 
-from formcast.engine.arrays import grown_rows, reserved_rows
+from formcast.engine.arrays import give_back_rows, grown_rows, reserved_rows
 from formcast.engine.lexer import Automaton
 from formcast.errors import AmbiguousGrammarError
 
@@ -212,7 +213,8 @@ class DenseStates:
         # Reserved, not allocated: the OS commits the table's pages as rows are written, so a
         # large capacity costs address space, not memory or time. Growing it instead copies
         # megabytes inside one cold mask (1.5-3 ms each time in a JSON schema's first pass).
-        self.table = reserved_rows(capacity, 256, owner=self)
+        self.table = reserved_rows(capacity, 256, reuse=True)
+        self._tables = [self.table]  # given back for the next grammar's table when dropped
         self.finishes = np.zeros(capacity, dtype=bool)
         self.filled = np.zeros(capacity, dtype=bool)
         self._byte_views()
@@ -225,6 +227,11 @@ class DenseStates:
         # The walk's also holds: calls tuple of a DFA state -> the state its calls alone
         # enter, whose row every DFA state with those calls starts from (fill_by_calls, C).
         self.native_context = self._closure_context + ({},)
+
+    def __del__(self, give_back: Callable[[np.ndarray], None] = give_back_rows) -> None:
+        # A method, not weakref.finalize: that one cost ~10 us of every cold compile.
+        for table in getattr(self, "_tables", ()):  # () when __init__ failed early
+            give_back(table)
 
     def _byte_views(self) -> None:
         # The flags as uint8, for the C walk: made once per array, not per call (~0.5 us).
@@ -278,7 +285,8 @@ class DenseStates:
         if need <= n:
             return
         size = max(2 * n, need)
-        table = reserved_rows(size, 256, owner=self)
+        table = reserved_rows(size, 256, reuse=True)
+        self._tables.append(table)
         filled = np.flatnonzero(self.filled[:n])
         table[filled] = self.table[filled]  # only rows in use: the rest stays uncommitted
         self.table = table
