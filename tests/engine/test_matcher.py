@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from formcast.engine.lexer import compile_automaton
 from formcast.engine.matcher import Matcher
 from formcast.errors import GrammarError, LeftRecursionError, MatcherError
 from formcast.grammar.ir import Grammar, chars, choice, lit, opt, plus, ref, repeat, seq, star
@@ -316,6 +317,18 @@ def test_left_recursion_is_reported_with_the_cycle(smollm2_vocab):
     g = Grammar({"root": ref("expr"), "expr": choice(seq(ref("expr"), lit("+"), lit("1")), lit("1"))})
     with pytest.raises(LeftRecursionError, match="expr"):
         Matcher(g, smollm2_vocab)
+
+
+@pytest.mark.parametrize("text", [
+    'root ::= "x"{0,50} root "y" | "z"',  # a repetition that may match nothing, then the call
+    'root ::= ("x"?){5,100} root "y" | "z"',  # the same behind a lazily copied repetition
+    'root ::= a "q"\na ::= ("x"?){5,100} root "y" | "z"',  # through another rule
+])
+def test_left_recursion_behind_a_repetition_that_may_match_nothing_is_refused(text):
+    """The check skips grammars whose rules all consume a byte before any call; a
+    repetition that can match nothing, built on demand or not, does not count as one."""
+    with pytest.raises(LeftRecursionError, match="left-recursive"):
+        compile_automaton(Grammar.from_gbnf(text))
 
 
 def test_an_undefined_rule_is_named_even_when_the_front_end_vouched_for_its_rules(smollm2_vocab):

@@ -221,12 +221,31 @@ def compile_automaton(grammar: Grammar) -> Automaton:
         return auto
 
 
+def _may_call_before_input(nfa: NFA, starts: list[int]) -> bool:
+    """Whether the NFA's epsilon edges lead from some rule's start to a rule call; also True
+    when a part built on demand (a lazy repetition's exit) is in the way."""
+    for start in starts:
+        seen = {start}
+        stack = [start]
+        while stack:
+            x = stack.pop()
+            if nfa.call_edges[x] or x in nfa.lazy_exits:
+                return True
+            for d in nfa.eps[x]:
+                if x + d not in seen:
+                    seen.add(x + d)
+                    stack.append(x + d)
+    return False
+
+
 def _check_left_recursion(auto: Automaton) -> None:
     """Refuse rules that can call themselves before consuming a byte (the stack would grow
     forever); name the cycle."""
-    if not auto._nfa.call_sites:
-        # Every reference was inlined, so no rule calls one: nothing to check, and the start
-        # states stay unbuilt until the first mask needs them (~15 us of a compile).
+    starts = [auto._fragments[name][0] for name in auto.rule_names]
+    if not auto._nfa.call_sites or not _may_call_before_input(auto._nfa, starts):
+        # No rule calls another before a byte (most recursive schemas recur after a "{" or
+        # "["; most others inline every rule): nothing to check, and the start states stay
+        # unbuilt until the first mask needs them (15-40 us of a compile).
         return
     nullable = [auto.accepting_list[s] for s in auto.rule_start]
     # A rule is nullable if its start can reach acceptance via nullable calls only.
