@@ -356,20 +356,23 @@ def test_tokens_a_whole_slice_admits_are_shared_across_grammars(smollm2_vocab, g
             assert memo.keys() == before.keys()  # reused, not computed again
 
 
-def _poisoned_mapping(monkeypatch) -> object:
-    """A pool holding one released parser-state table whose first rows all point to state 2,
-    a real state: a row read before it is written would send a walk somewhere wrong."""
-    import mmap
-
+def _poisoned_tables(monkeypatch) -> np.ndarray:
+    """A pool holding one released set of parser-state arrays whose first rows all point to
+    state 2, a real state, and whose flags say filled and finishing up to the last owner's
+    mark: a row read before it is written, or a flag left set, would send a walk somewhere
+    wrong."""
     from formcast.engine import arrays
 
-    pool = arrays._MappingPool(keep=2)
-    monkeypatch.setattr(arrays, "_recycled", pool)
-    nbytes = (1 << 16) * 256 * 4  # DenseStates' default capacity
-    buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    np.frombuffer(buffer, dtype=np.int32, count=4096 * 256)[:] = 2
-    pool.give(buffer)
-    return buffer
+    monkeypatch.setattr(arrays, "_recycled", arrays._Pool(keep=2))
+    capacity = 1 << 16  # DenseStates' default
+    table = arrays.reserved_rows(capacity, 256)
+    table[:4096] = 2
+    finishes = np.ones(capacity, dtype=bool)
+    filled = np.ones(capacity, dtype=bool)
+    filled[4096:] = finishes[4096:] = False  # the last owner numbered 4096 states
+    views = (filled.view(np.uint8), finishes.view(np.uint8))
+    arrays.recycle(("parser states", capacity), (table, finishes, filled, views, 4096))
+    return table
 
 
 @pytest.mark.model
@@ -398,12 +401,38 @@ def test_a_recycled_table_gives_the_same_masks(smollm2_vocab, smollm2_tokenize, 
         return out
 
     fresh = masks()
-    buffer = _poisoned_mapping(monkeypatch)
+    table = _poisoned_tables(monkeypatch)
     recycled = masks()
-    # it did take the released rows
-    assert np.shares_memory(compiled.masks.dense.table, np.frombuffer(buffer, dtype=np.uint8))
+    assert compiled.masks.dense.table is table  # it did take the released arrays
     for step, (want, got) in enumerate(zip(fresh, recycled, strict=True)):
         assert np.array_equal(want, got), step
+
+
+@pytest.mark.model
+def test_dropped_parser_states_give_back_arrays_with_every_flag_cleared(smollm2_vocab,
+                                                                      monkeypatch):
+    """The flags a dropped table's owner set are cleared up to its highest state number when
+    the next owner takes the arrays: every set flag must lie below that mark."""
+    from formcast.engine import arrays
+
+    path = next(p for p in GRAMMAR_PATHS if p.name == "tree.schema.json")
+    compiled = Matcher(load_grammar(path), smollm2_vocab).compiled
+    dense = DenseStates(compiled.parser)
+    compiled.masks.dense = dense
+    monkeypatch.setattr(arrays, "_recycled", arrays._Pool(keep=2))  # for dense's arrays only
+    m = Matcher(compiled)
+    for piece in ['{"title": "A", "root": {"heading": "B", "kind": "part", "children": [',
+                  '{"heading": "C", "kind": "note", "children": []}]}}']:
+        for byte in piece.encode():
+            m.next_token_mask()
+            assert m.accept_bytes(bytes([byte]))
+    flags = dense.filled.copy(), dense.finishes.copy()
+    assert flags[0].any() and flags[1].any()
+    compiled.masks.dense = None
+    del dense
+    table, finishes, filled, _views, used = arrays.take_recycled(("parser states", 1 << 16))
+    assert not filled[used:].any() and not finishes[used:].any()
+    assert np.array_equal(filled, flags[0]) and np.array_equal(finishes, flags[1])
 
 
 @needs_native

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import mmap
 import threading
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 
@@ -23,61 +25,58 @@ def grown_rows(array: np.ndarray, fill, at_least: int = 0) -> np.ndarray:
     return out
 
 
-def reserved_rows(rows: int, width: int, dtype: type = np.int32,
-                  reuse: bool = False) -> np.ndarray:
+def reserved_rows(rows: int, width: int, dtype: type = np.int32) -> np.ndarray:
     """A ``rows x width`` array whose memory is committed page by page as rows are written:
     an anonymous private mapping, so a large capacity costs address space only. (numpy's own
     allocation of a large array asks for transparent huge pages, and the first write then
-    clears 2 MB at once: about 100 us inside the first mask of a small grammar.)
-
-    With ``reuse``, it may be a table an earlier owner gave back (``give_back_rows``), with
-    the rows that owner wrote, so only an owner that writes every row before reading it may
-    ask (the parser states' table: its ``filled`` flags guard every read). Committing a page
-    costs ~1-2 us here, and a schema's first pass writes a page for every two DFA states
-    (~2 ms for 3,000 states); a process compiling its next grammar pays that only for rows
-    past the last one's high-water mark."""
+    clears 2 MB at once: about 100 us inside the first mask of a small grammar.)"""
     itemsize = np.dtype(dtype).itemsize
     nbytes = max(rows * width * itemsize, 1)
-    got = _recycled.take(nbytes) if reuse else None
-    if isinstance(got, np.ndarray) and got.shape == (rows, width) and got.dtype == dtype:
-        return got
-    if got is None:
-        got = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    return np.frombuffer(got, dtype=dtype, count=rows * width).reshape(rows, width)
+    buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return np.frombuffer(buffer, dtype=dtype, count=rows * width).reshape(rows, width)
 
 
-def give_back_rows(table: np.ndarray) -> None:
-    """Hand a ``reserved_rows`` table to the next owner that asks with ``reuse`` (call it
-    once nothing reads the table any more)."""
-    _recycled.give(table)
+class _Pool:
+    """Tables their owners gave back, at most ``keep`` of them, handed out again by key.
 
-
-class _MappingPool:
-    """Released tables (or bare mappings), at most ``keep`` of them, handed out again by
-    size. A table is kept whole: the next one of its shape needs no new numpy view."""
+    Committing a page of a reserved table costs ~1-2 us here, and a schema's first pass
+    writes a page for every two DFA states (~2 ms for 3,000 states); a process compiling its
+    next grammar pays that only for rows past the last one's high-water mark.
+    """
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
-        self._free: list[mmap.mmap | np.ndarray] = []
+        self._free: list[tuple[Hashable, Any]] = []
         self._lock = threading.Lock()
 
-    def take(self, nbytes: int) -> mmap.mmap | np.ndarray | None:
+    def take(self, key: Hashable) -> Any | None:
         with self._lock:
-            for i, buffer in enumerate(self._free):
-                size = buffer.nbytes if isinstance(buffer, np.ndarray) else len(buffer)
-                if size == nbytes:
-                    return self._free.pop(i)
+            for i, (its_key, value) in enumerate(self._free):
+                if its_key == key:
+                    del self._free[i]
+                    return value
         return None
 
-    def give(self, buffer: mmap.mmap | np.ndarray) -> None:
+    def give(self, key: Hashable, value: Any) -> None:
         with self._lock:
             if len(self._free) < self.keep:
-                self._free.append(buffer)
+                self._free.append((key, value))
 
 
 # Two: a process alternating between two grammars (or a table and the one replacing it)
 # keeps both warm; more would hold committed memory nobody may ask for again.
-_recycled = _MappingPool(keep=2)
+_recycled = _Pool(keep=2)
+
+
+def take_recycled(key: Hashable) -> Any | None:
+    """What an earlier owner gave back under ``key`` (``recycle``), or None. It holds
+    whatever that owner wrote: the taker must be one that can tell (see ``DenseStates``)."""
+    return _recycled.take(key)
+
+
+def recycle(key: Hashable, value: Any) -> None:
+    """Give ``value`` to the next ``take_recycled(key)`` (once nothing reads it any more)."""
+    _recycled.give(key, value)
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:

@@ -17,11 +17,10 @@ so a walk of the whole vocabulary from one state is a numpy gather per byte posi
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
 
 import numpy as np
 
-from formcast.engine.arrays import give_back_rows, grown_rows, reserved_rows
+from formcast.engine.arrays import grown_rows, recycle, reserved_rows, take_recycled
 from formcast.engine.lexer import Automaton
 from formcast.errors import AmbiguousGrammarError
 
@@ -213,11 +212,23 @@ class DenseStates:
         # Reserved, not allocated: the OS commits the table's pages as rows are written, so a
         # large capacity costs address space, not memory or time. Growing it instead copies
         # megabytes inside one cold mask (1.5-3 ms each time in a JSON schema's first pass).
-        self.table = reserved_rows(capacity, 256, reuse=True)
-        self._tables = [self.table]  # given back for the next grammar's table when dropped
-        self.finishes = np.zeros(capacity, dtype=bool)
-        self.filled = np.zeros(capacity, dtype=bool)
-        self._byte_views()
+        # A dropped instance gives its arrays back for the next one (__del__): their table
+        # rows are stale, but a row is read only once its ``filled`` flag is set, and the
+        # flags are cleared here up to the last owner's highest state number.
+        kit = take_recycled(("parser states", capacity))
+        if kit is None:
+            table = reserved_rows(capacity, 256)
+            finishes = np.zeros(capacity, dtype=bool)
+            filled = np.zeros(capacity, dtype=bool)
+            # The flags as uint8, for the C walk: made once per array, not per call.
+            views = (filled.view(np.uint8), finishes.view(np.uint8))
+        else:
+            table, finishes, filled, views, used = kit
+            filled[:used] = False
+            finishes[:used] = False
+        self._kit = (table, finishes, filled, views)
+        self.table, self.finishes, self.filled = table, finishes, filled
+        self.filled_bytes, self.finishes_bytes = views
         # What the C determiniser needs to build any state's row (Core.fill_state, and the C
         # trie walk through fill_general): the numbering and the parser's own memo dicts, so
         # both sides share one closure and one numbering. Their identities never change.
@@ -228,10 +239,15 @@ class DenseStates:
         # enter, whose row every DFA state with those calls starts from (fill_by_calls, C).
         self.native_context = self._closure_context + ({},)
 
-    def __del__(self, give_back: Callable[[np.ndarray], None] = give_back_rows) -> None:
+    def __del__(self) -> None:
         # A method, not weakref.finalize: that one cost ~10 us of every cold compile.
-        for table in getattr(self, "_tables", ()):  # () when __init__ failed early
-            give_back(table)
+        kit = getattr(self, "_kit", None)  # None when __init__ failed early
+        if kit is None:
+            return
+        # Every state numbered so far, one-frame (even) or not (odd), is below this: flags
+        # are only ever set for numbered states.
+        used = max(2 * self.parser.auto.n_states, 2 * len(self._others) + 1) + 1
+        recycle(("parser states", len(kit[2])), (*kit, min(used, len(kit[2]))))
 
     def _byte_views(self) -> None:
         # The flags as uint8, for the C walk: made once per array, not per call (~0.5 us).
@@ -285,8 +301,7 @@ class DenseStates:
         if need <= n:
             return
         size = max(2 * n, need)
-        table = reserved_rows(size, 256, reuse=True)
-        self._tables.append(table)
+        table = reserved_rows(size, 256)
         filled = np.flatnonzero(self.filled[:n])
         table[filled] = self.table[filled]  # only rows in use: the rest stays uncommitted
         self.table = table
