@@ -48,7 +48,12 @@ def _not_json(value: Any) -> Any:
 
 def schema_hash(schema: Any) -> str:
     """SHA-256 of the schema's canonical JSON text (``canonical_json``)."""
-    return hashlib.sha256(canonical_json(schema).encode("utf-8")).hexdigest()
+    return text_hash(canonical_json(schema))
+
+
+def text_hash(text: str) -> str:
+    """``schema_hash`` of the schema whose canonical JSON text is ``text``."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,9 @@ class Loc(NamedTuple):
 class SchemaIndex:
     """Resources (``$id``) and anchors of one schema document."""
 
-    def __init__(self, root: Any) -> None:
+    def __init__(self, root: Any, anchored: bool = True) -> None:
+        """``anchored=False``: the caller knows no subschema has an ``$id`` or an anchor (a
+        search of the schema's JSON text), so the walk that finds them is skipped."""
         self.root = root
         self.resources: dict[str, str] = {}  # absolute URI (no fragment) -> pointer
         self.anchors: dict[str, str] = {}  # absolute URI#anchor -> pointer
@@ -90,7 +92,8 @@ class SchemaIndex:
             base = split_fragment(resolve_uri(DEFAULT_BASE, root["$id"]))[0]
         self.root_base = base
         self.resources[DEFAULT_BASE] = ""
-        self._walk(root, "", base, set())
+        if anchored:
+            self._walk(root, "", base, set())
 
     def _walk(self, node: Any, pointer: str, base: str, seen: set[int]) -> None:
         if not isinstance(node, dict) or id(node) in seen:

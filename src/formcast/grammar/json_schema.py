@@ -43,7 +43,14 @@ from formcast.errors import (
 )
 from formcast.gc_pause import gc_paused
 from formcast.grammar import charfa
-from formcast.grammar.cache import DEFAULT_CACHE, CompileCache, Memo, schema_hash
+from formcast.grammar.cache import (
+    DEFAULT_CACHE,
+    CompileCache,
+    Memo,
+    canonical_json,
+    schema_hash,
+    text_hash,
+)
 from formcast.grammar.ir import (
     EMPTY,
     NOTHING,
@@ -193,11 +200,13 @@ def compile_json_schema(schema: Any, *, whitespace: str = "flexible", strict: bo
     if isinstance(schema, str | bytes):
         schema = load_schema_text(schema)
     options = CompileOptions(whitespace, max_depth, property_order, formats)
-    digest = schema_hash(schema)
+    text = canonical_json(schema)
+    digest = text_hash(text)
+    anchored = _names_resources(text)
 
     def build() -> Grammar:
         with gc_paused():
-            return SchemaCompiler(schema, options, digest).compile()
+            return SchemaCompiler(schema, options, digest, anchored).compile()
 
     if cache is None:
         grammar = build()
@@ -208,6 +217,12 @@ def compile_json_schema(schema: Any, *, whitespace: str = "flexible", strict: bo
     if strict and report is not None and report.unenforced:
         raise UnsupportedSchemaError([u.as_tuple() for u in report.unenforced])
     return grammar
+
+
+def _names_resources(text: str) -> bool:
+    """Whether the schema whose canonical JSON is ``text`` may hold an ``$id`` or an anchor
+    (a key spelled so, or a string that reads like one: then the document is indexed)."""
+    return '"$id"' in text or '"$anchor"' in text or '"$dynamicAnchor"' in text
 
 
 _DRAFT_2020_12_URIS = ("https://json-schema.org/draft/2020-12/schema",
@@ -248,12 +263,14 @@ def _check_schema(schema: Any) -> tuple[Any, bool]:
 class SchemaCompiler:
     """One compile of one schema. Not reusable; ``compile()`` returns the grammar."""
 
-    def __init__(self, schema: Any, options: CompileOptions, digest: str = "") -> None:
+    def __init__(self, schema: Any, options: CompileOptions, digest: str = "",
+                 anchored: bool = True) -> None:
+        # ``anchored``: False when the document holds no $id or anchor (_names_resources).
         self.schema = schema
         self.options = options
         self.digest = digest or schema_hash(schema)
         self._validator_cls, legacy = _check_schema(schema)
-        self.index = SchemaIndex(schema)
+        self.index = SchemaIndex(schema, anchored)
         self.acc = Accumulator(self.index, legacy_refs=legacy)
         self.rules: dict[str, Expr] = {}
         self.keep: set[str] = set()
