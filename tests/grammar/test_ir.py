@@ -126,8 +126,12 @@ def test_range_algebra_matches_set_arithmetic(a: list[tuple[int, int]], b: list[
     merged = merge_ranges(a)
     assert points(merged) == points(a)
     assert all(merged[i][1] + 1 < merged[i + 1][0] for i in range(len(merged) - 1))
+    # a tuple (merged or not) takes the path that may return it unchanged
+    assert merge_ranges(tuple(a)) == merged and merge_ranges(merged) == merged
     assert points(complement_ranges(merged, 0, 400)) == set(range(401)) - points(a)
     assert points(subtract_ranges(merged, b)) == points(a) - points(b)
+    assert subtract_ranges(merged, tuple(b)) == merge_ranges(
+        [(x, x) for x in points(a) - points(b)])
 
 
 def _expand(byte_ranges: list[tuple[int, int]]) -> set[bytes]:

@@ -16,7 +16,10 @@ SURROGATES = (0xD800, 0xDFFF)
 def merge_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     """Sort and merge overlapping or adjacent inclusive ranges."""
     # Called thousands of times a schema compile (character classes, their JSON spellings,
-    # UTF-8 splits): one pass with the open range in locals.
+    # UTF-8 splits): one pass with the open range in locals. Most calls get a tuple merged
+    # already (a character set's own ranges): that one is returned as it is, unsorted.
+    if type(ranges) is tuple and _merged_already(ranges):
+        return ranges
     items = sorted(ranges)
     if not items:
         return ()
@@ -31,6 +34,16 @@ def merge_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ..
             cur_lo, cur_hi = lo, hi
     out.append((cur_lo, cur_hi))
     return tuple(out)
+
+
+def _merged_already(ranges: tuple[tuple[int, int], ...]) -> bool:
+    """Whether ``ranges`` is sorted, each range in order, none overlapping or adjacent."""
+    prev_hi = -2
+    for lo, hi in ranges:
+        if lo <= prev_hi + 1 or hi < lo:
+            return False
+        prev_hi = hi
+    return True
 
 
 def complement_ranges(ranges: tuple[tuple[int, int], ...], lo: int, hi: int) -> tuple[tuple[int, int], ...]:
@@ -53,6 +66,8 @@ def complement_ranges(ranges: tuple[tuple[int, int], ...], lo: int, hi: int) -> 
 def subtract_ranges(ranges: tuple[tuple[int, int], ...], remove: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     """``ranges`` minus ``remove`` (both inclusive)."""
     removed = merge_ranges(remove)
+    if not any(a <= d and c <= b for a, b in ranges for c, d in removed):
+        return merge_ranges(ranges)  # nothing to remove (most sets, minus the surrogates)
     keep = complement_ranges(removed, 0, MAX_CODEPOINT)
     out = []
     for a, b in ranges:

@@ -419,7 +419,7 @@ class _Parser:
             code = merged[0][0]
             if not 0xD800 <= code <= 0xDFFF:
                 return lit(chr(code))
-        cs = chars(merged, negated)
+        cs = CharSet(merged, negated)  # merged and checked already: not through chars()
         return cs if cs.codepoint_ranges() else NOTHING
 
     def _class_ranges(self) -> tuple[Ranges, bool]:
