@@ -60,8 +60,6 @@ def _verdicts_agree(compiled, state) -> None:
     assert np.array_equal(np.sort(a.needs_context), np.sort(b.needs_context))
 
 
-@needs_native
-@fuzz_settings(60)
 def _walk_randomly(m, vocab, data, visit=None, steps: int = 6) -> bool:
     """Up to ``steps`` tokens along a random allowed path, calling ``visit(state)`` before
     each mask; False when the grammar turned out too ambiguous to parse."""
@@ -78,6 +76,8 @@ def _walk_randomly(m, vocab, data, visit=None, steps: int = 6) -> bool:
     return True
 
 
+@needs_native
+@fuzz_settings(60)
 @given(grammar=grammars(), data=st.data())
 def test_c_and_numpy_walks_agree_on_random_grammars(grammar, data):
     vocab = data.draw(synthetic_vocabs(grammar))
