@@ -108,7 +108,7 @@ static struct {
 
 static PyObject *s_items, *s_data, *s_ranges, *s_item, *s_min, *s_max, *s_build_py,
     *s_may_die, *s_nfa, *s_eps, *s_byte_edges, *s_call_edges, *s_name, *s_inlined,
-    *s_call_rules, *s_copy_range, *s_utf8_paths, *s_build_lazy_repeat, *s_negated,
+    *s_call_rules, *s_copy_range, *s_build_lazy_repeat, *s_negated,
     *s_inline_size, *s_lazy_exits, *s_first, *s_utf8_ids, *s_stubs, *s_lazy_copies,
     *s_stub_block, *s_size, *s_exit_offset, *s_size_memo, *s_rules, *s_lazy_copy_type;
 
@@ -877,14 +877,10 @@ static Py_ssize_t codepoint_spans(PyObject *ranges, int negated, Span **out) {
     return merge_spans(w, k);
 }
 
-/* utf8_paths(ranges, negated) -> the UTF-8 byte-range paths of a character set: what
+/* The UTF-8 byte-range paths of a character set (new list): what
  * [seq for lo, hi in CharSet(ranges, negated).codepoint_ranges()
  *      for seq in ir.utf8_byte_sequences(lo, hi)] gives. */
-static PyObject *utf8_paths_of(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *ranges;
-    int negated;
-    if (!PyArg_ParseTuple(args, "Op", &ranges, &negated)) return NULL;
+static PyObject *utf8_paths_list(PyObject *ranges, int negated) {
     Span *w;
     Py_ssize_t k = codepoint_spans(ranges, negated, &w);
     if (k < 0) return NULL;
@@ -903,6 +899,15 @@ static PyObject *utf8_paths_of(PyObject *self, PyObject *args) {
         }
     free(w);
     return out;
+}
+
+/* utf8_paths(ranges, negated) -> utf8_paths_list for Python. */
+static PyObject *utf8_paths_of(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *ranges;
+    int negated;
+    if (!PyArg_ParseTuple(args, "Op", &ranges, &negated)) return NULL;
+    return utf8_paths_list(ranges, negated);
 }
 
 /* ------------------------------------------------------------------ grammar scans */
@@ -1304,11 +1309,11 @@ static int build_byte_set(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t en
 }
 
 /* nfa._separated_loop: 1 when items[at] is ``(S X)*`` (min 0, no max, a Seq item) with X
- * the k items right before it, longest X first (the shape of every JSON list: the builder's
- * Python builds those); 0 otherwise, so the sequence is a plain chain built here (deciding it
- * in Python sent every sequence with a repeated Seq, a schema's objects among them, back
- * through a Python chain and one C entry per item); -1 with an exception. */
-static int separated_loop(PyObject **items, Py_ssize_t n) {
+ * the k items right before it, longest X first (the shape of every JSON list), with *at_out,
+ * *k_out and *body_out (a new reference to the repeated Seq's items) set; 0 otherwise;
+ * -1 with an exception. */
+static int separated_loop(PyObject **items, Py_ssize_t n, Py_ssize_t *at_out,
+                          Py_ssize_t *k_out, PyObject **body_out) {
     int found = 0;
     for (Py_ssize_t at = 1; at < n && !found; at++) {
         if (Py_TYPE(items[at]) != (PyTypeObject *)ir.repeat) continue;
@@ -1346,7 +1351,12 @@ static int separated_loop(PyObject **items, Py_ssize_t n) {
                     goto next;
                 }
             }
-            found = same;
+            if (same) {
+                found = 1;
+                *at_out = at;
+                *k_out = k;
+                *body_out = Py_NewRef(body_obj);
+            }
         }
     next:
         Py_DECREF(item);
@@ -1356,6 +1366,26 @@ static int separated_loop(PyObject **items, Py_ssize_t n) {
         if (rc < 0) return -1;
     }
     return found;
+}
+
+/* _Builder._build_separated: ``items`` whose items[at] is ``(S X)*`` and X the k items before
+ * it (separated_loop), as one copy of X with S (``body``'s first m - k items) leading back to
+ * its start: a JSON list's first element and the later ones share their states. */
+static int build_chain(Build *b, PyObject **items, Py_ssize_t n, Py_ssize_t start,
+                       Py_ssize_t end);
+
+static int build_separated(Build *b, PyObject **items, Py_ssize_t n, Py_ssize_t at,
+                           Py_ssize_t k, PyObject **body, Py_ssize_t m, Py_ssize_t start,
+                           Py_ssize_t end) {
+    Py_ssize_t head = build_new_state(b);
+    if (head < 0 || build_chain(b, items, at - k, start, head) < 0) return -1;
+    Py_ssize_t x_start = build_new_state(b);
+    Py_ssize_t x_end = x_start < 0 ? -1 : build_new_state(b);
+    if (x_end < 0 || add_eps(b, head, x_start) < 0) return -1;
+    if (build_chain(b, items + at - k, k, x_start, x_end) < 0 ||
+        build_chain(b, body, m - k, x_end, x_start) < 0)
+        return -1;
+    return build_chain(b, items + at + 1, n - at - 1, x_end, end);
 }
 
 /* _Builder._build_chain */
@@ -1692,9 +1722,8 @@ done:
 }
 
 /* builder._utf8_paths(e): a character set's UTF-8 byte-range paths (new reference),
- * remembered by the set's identity too: a schema's NFA meets the same few sets hundreds of
- * times, and the method call with the set's (Python) hash was a tenth of its build. The entry
- * holds the set, so its id is never reused while the builder lives. */
+ * remembered by the set's identity: a schema's NFA meets the same few sets hundreds of
+ * times. The entry holds the set, so its id is never reused while the builder lives. */
 static PyObject *utf8_paths(Build *b, PyObject *e) {
     PyObject *key = PyLong_FromVoidPtr(e);
     if (!key) return NULL;
@@ -1708,11 +1737,14 @@ static PyObject *utf8_paths(Build *b, PyObject *e) {
         Py_DECREF(key);
         return NULL;
     }
-    PyObject *paths = PyObject_CallMethodObjArgs(b->builder, s_utf8_paths, e, NULL);
-    if (paths && !PyList_Check(paths)) {
-        PyErr_SetString(PyExc_TypeError, "nfa build: _utf8_paths returns a list");
-        Py_CLEAR(paths);
-    }
+    /* Computed here rather than by builder._utf8_paths: the Python method's call, and its
+     * memo keyed by the set's value, cost more than the paths of the few distinct sets. */
+    PyObject *ranges = node_attr(e, s_ranges);
+    PyObject *negated_obj = ranges ? node_attr(e, s_negated) : NULL;
+    int negated = negated_obj ? PyObject_IsTrue(negated_obj) : -1;
+    PyObject *paths = negated < 0 ? NULL : utf8_paths_list(ranges, negated);
+    Py_XDECREF(ranges);
+    Py_XDECREF(negated_obj);
     PyObject *entry = paths ? PyTuple_Pack(2, e, paths) : NULL;
     if (!entry || PyDict_SetItem(b->utf8_ids, key, entry) < 0) Py_CLEAR(paths);
     Py_XDECREF(entry);
@@ -2010,9 +2042,18 @@ static int build_node(Build *b, PyObject *e, Py_ssize_t start, Py_ssize_t end) {
         if (type == (PyTypeObject *)ir.choice) {
             rc = build_choice(b, items, n, start, end);
         } else {
-            int loop = n ? separated_loop(items, n) : 0;
-            rc = loop < 0 ? -1 : loop ? build_in_python(b, e, start, end)
-                                      : build_chain(b, items, n, start, end);
+            Py_ssize_t at = 0, k = 0;
+            PyObject *body_obj = NULL;
+            int loop = n ? separated_loop(items, n, &at, &k, &body_obj) : 0;
+            if (loop > 0) {
+                PyObject **body;
+                Py_ssize_t m;
+                rc = items_of(body_obj, &body, &m, "a repeated sequence's items");
+                if (rc == 0) rc = build_separated(b, items, n, at, k, body, m, start, end);
+                Py_DECREF(body_obj);
+            } else {
+                rc = loop < 0 ? -1 : build_chain(b, items, n, start, end);
+            }
         }
         Py_LeaveRecursiveCall();
     } else {
@@ -2740,13 +2781,13 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nfa_build",
 PyMODINIT_FUNC PyInit__nfa_build(void) {
     PyObject **names[] = {&s_items, &s_data, &s_ranges, &s_item, &s_min, &s_max, &s_build_py,
                           &s_may_die, &s_nfa, &s_eps, &s_byte_edges, &s_call_edges, &s_name,
-                          &s_inlined, &s_call_rules, &s_copy_range, &s_utf8_paths,
+                          &s_inlined, &s_call_rules, &s_copy_range,
                           &s_build_lazy_repeat, &s_negated, &s_inline_size, &s_lazy_exits,
                           &s_first, &s_utf8_ids, &s_stubs, &s_lazy_copies, &s_stub_block,
                           &s_size, &s_exit_offset, &s_size_memo, &s_rules, &s_lazy_copy_type};
     const char *texts[] = {"items", "data", "ranges", "item", "min", "max", "_build_py",
                            "may_die", "nfa", "eps", "byte_edges", "call_edges", "name",
-                           "_inlined", "call_rules", "_copy_range", "_utf8_paths",
+                           "_inlined", "call_rules", "_copy_range",
                            "_build_lazy_repeat", "negated", "_inline_size", "lazy_exits",
                            "first", "_utf8_ids", "stubs", "lazy_copies", "_stub_block",
                            "size", "exit_offset", "_size_memo", "rules", "_lazy_copy_type"};
