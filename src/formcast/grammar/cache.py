@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
-from typing import Any
+from typing import Any, Final
 
 from formcast.errors import SchemaError
 from formcast.grammar.ir import Grammar
@@ -136,7 +136,7 @@ class CompileCache:
         return len(self._items)
 
 
-DEFAULT_CACHE = CompileCache()
+DEFAULT_CACHE: Final = CompileCache()
 
 
 class Memo:

@@ -18,34 +18,30 @@ import bisect
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from functools import wraps
+from typing import Final
 
 from formcast.grammar.cache import Memo
-from formcast.grammar.ir import (
+from formcast.grammar.ir import MAX_CODEPOINT, Expr, choice, merge_ranges, seq, star
+from formcast.grammar.ir_kinds import (
+    BYTE_SET,
+    CHAR_SET,
+    CHOICE,
     EMPTY,
-    MAX_CODEPOINT,
+    LITERAL,
     NOTHING,
-    ByteSet,
-    CharSet,
-    Choice,
-    Expr,
-    Literal,
-    Ref,
-    Repeat,
-    Seq,
-    choice,
-    merge_ranges,
-    seq,
-    star,
+    REF,
+    REPEAT,
+    SEQ,
 )
 
 Ranges = tuple[tuple[int, int], ...]
-SCALARS: Ranges = ((0, 0xD7FF), (0xE000, MAX_CODEPOINT))
+SCALARS: Final[Ranges] = ((0, 0xD7FF), (0xE000, MAX_CODEPOINT))
 
-MAX_NFA_STATES = 60_000
-MAX_DFA_STATES = 5_000
-MAX_ELIMINATION_SIZE = 600
-MEMO_SIZE = 256  # results per memoised operation (automata are immutable: compiles share them)
-MEMO_MAX_CELLS = 20_000  # larger automata (states x atoms) are not kept: memory stays bounded
+MAX_NFA_STATES: Final = 60_000
+MAX_DFA_STATES: Final = 5_000
+MAX_ELIMINATION_SIZE: Final = 600
+MEMO_SIZE: Final = 256  # results per memoised operation (automata are immutable: compiles share them)
+MEMO_MAX_CELLS: Final = 20_000  # larger automata (states x atoms) are not kept: memory stays bounded
 
 
 class AutomatonTooLarge(Exception):
@@ -97,7 +93,7 @@ class _NFA:
         return len(self.eps) - 1
 
     def build(self, e: Expr, a: int, b: int) -> None:
-        if isinstance(e, Literal):
+        if isinstance(e, LITERAL):
             try:
                 text = e.data.decode("utf-8")
             except UnicodeDecodeError:
@@ -109,13 +105,13 @@ class _NFA:
                 cur = nxt
             if not text:
                 self.eps[a].append(b)
-        elif isinstance(e, CharSet):
+        elif isinstance(e, CHAR_SET):
             self.edges[a].append((e.codepoint_ranges(), b))
-        elif isinstance(e, ByteSet):
+        elif isinstance(e, BYTE_SET):
             if any(hi > 0x7F for _, hi in e.ranges):
                 raise NotCharacterLevel("byte sets beyond ASCII are not characters")
             self.edges[a].append((merge_ranges(e.ranges), b))
-        elif isinstance(e, Seq):
+        elif isinstance(e, SEQ):
             cur = a
             for i, item in enumerate(e.items):
                 nxt = b if i == len(e.items) - 1 else self.state()
@@ -123,10 +119,10 @@ class _NFA:
                 cur = nxt
             if not e.items:
                 self.eps[a].append(b)
-        elif isinstance(e, Choice):
+        elif isinstance(e, CHOICE):
             for item in e.items:
                 self.build(item, a, b)
-        elif isinstance(e, Repeat):
+        elif isinstance(e, REPEAT):
             cur = a
             for _ in range(e.min):
                 nxt = self.state()
@@ -145,7 +141,7 @@ class _NFA:
                     self.build(e.item, cur, nxt)
                     cur = nxt
                 self.eps[cur].append(b)
-        elif isinstance(e, Ref):
+        elif isinstance(e, REF):
             raise NotCharacterLevel(f"rule reference {e.name!r}")
         else:
             raise NotCharacterLevel(f"not an IR expression: {e!r}")
@@ -523,7 +519,7 @@ def _minimize(d: DFA) -> DFA:
 
 # The largest expression (in IR nodes) a state shared by several others is inlined as; a larger
 # one becomes a rule (see to_expr).
-SHARED_INLINE_MAX = 64
+SHARED_INLINE_MAX: Final = 64
 
 
 def to_expr(d: DFA, char_expr: Callable[[Ranges], Expr], rules: dict[str, Expr],
@@ -607,7 +603,7 @@ def to_expr(d: DFA, char_expr: Callable[[Ranges], Expr], rules: dict[str, Expr],
             if names[t] not in rules:
                 rules[names[t]] = NOTHING  # placeholder against re-entry
                 rules[names[t]] = body(t)
-            return Ref(names[t])
+            return REF(names[t])
         got = memo.get(t)
         if got is None:
             got = memo[t] = body(t)
@@ -671,9 +667,9 @@ def _size(e: Expr, memo: dict[int, tuple[Expr, int]]) -> int:
     got = memo.get(key)
     if got is not None:
         return got[1]
-    if isinstance(e, Seq | Choice):
+    if isinstance(e, SEQ | CHOICE):
         n = 1 + sum(_size(x, memo) for x in e.items)
-    elif isinstance(e, Repeat):
+    elif isinstance(e, REPEAT):
         n = 1 + _size(e.item, memo)
     else:
         n = 1
@@ -728,5 +724,5 @@ def language_of(exprs: Iterable[Expr]) -> DFA:
         dfa = minimize(from_expr(e))
         result = dfa if result is None else intersect(result, dfa)
     if result is None:
-        return minimize(from_expr(star(CharSet(SCALARS))))
+        return minimize(from_expr(star(CHAR_SET(SCALARS))))
     return result

@@ -12,16 +12,18 @@ without fraction), checked against it in the tests.
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Final
 
-from formcast.grammar.ir import NOTHING, Expr, chars, choice, lit, opt, plus, repeat, seq, star
+from formcast.grammar.ir import Expr, chars, choice, lit, opt, plus, repeat, seq, star
+from formcast.grammar.ir_kinds import NOTHING
 from formcast.grammar.json_text import DIGIT, NONZERO_DIGIT
 
 # (value, strict): the end of an interval of magnitudes; None above means no upper end.
 End = tuple[int, bool]
 
-ANY_FRACTION = opt(seq(lit("."), plus(DIGIT)))
-NONZERO_FRACTION = seq(lit("."), star(lit("0")), NONZERO_DIGIT, star(DIGIT))
-ZERO_FRACTION = opt(seq(lit("."), plus(lit("0"))))
+ANY_FRACTION: Final = opt(seq(lit("."), plus(DIGIT)))
+NONZERO_FRACTION: Final = seq(lit("."), star(lit("0")), NONZERO_DIGIT, star(DIGIT))
+ZERO_FRACTION: Final = opt(seq(lit("."), plus(lit("0"))))
 
 
 def _digit_span(lo: int, hi: int) -> Expr:
@@ -105,7 +107,7 @@ def magnitude_interval(lower: End, upper: End | None, integer: bool) -> Expr:
 
 # Longer bounds go to the digit automaton, which caps its size (a schema's "maximum": 1e9999
 # is refused there, not spelled here digit by digit).
-MAX_DIGITS = 40
+MAX_DIGITS: Final = 40
 
 
 def _integral(value: Decimal | None) -> bool:

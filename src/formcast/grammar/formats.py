@@ -14,16 +14,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Final
 
-from formcast.grammar.ir import Choice, Expr, Literal, Seq, chars, lit, opt, plus, seq
+from formcast.grammar.ir import Expr, chars, lit, opt, plus, seq
+from formcast.grammar.ir_kinds import CHOICE, LITERAL, SEQ
 from formcast.grammar.json_text import union
 from formcast.grammar.regex import regex_to_expr
 
-_DEC_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-IPV4 = rf"{_DEC_OCTET}(?:\.{_DEC_OCTET}){{3}}"
-_H16 = r"[0-9A-Fa-f]{1,4}"
-_LS32 = rf"(?:{_H16}:{_H16}|{IPV4})"
-IPV6 = (
+_DEC_OCTET: Final = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+IPV4: Final = rf"{_DEC_OCTET}(?:\.{_DEC_OCTET}){{3}}"
+_H16: Final = r"[0-9A-Fa-f]{1,4}"
+_LS32: Final = rf"(?:{_H16}:{_H16}|{IPV4})"
+IPV6: Final = (
     "(?:"
     rf"(?:{_H16}:){{6}}{_LS32}"
     rf"|::(?:{_H16}:){{5}}{_LS32}"
@@ -36,57 +38,57 @@ IPV6 = (
     rf"|(?:(?:{_H16}:){{0,6}}{_H16})?::"
     ")"
 )
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-HOSTNAME = rf"{_LABEL}(?:\.{_LABEL})*"
+_LABEL: Final = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOSTNAME: Final = rf"{_LABEL}(?:\.{_LABEL})*"
 
 # Dates: exact month lengths and Gregorian leap years (divisible by 4, not by 100 unless by 400)
-_MD_ANY = r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)"
-_LEAP_YEAR = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
-DATE = rf"(?:[0-9]{{4}}-{_MD_ANY}|{_LEAP_YEAR}-02-29)"
+_MD_ANY: Final = r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)"
+_LEAP_YEAR: Final = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
+DATE: Final = rf"(?:[0-9]{{4}}-{_MD_ANY}|{_LEAP_YEAR}-02-29)"
 
-_OFFSET = r"(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
-_FRAC = r"(?:\.[0-9]+)?"
-TIME_NO_LEAP = rf"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]{_FRAC}{_OFFSET}"
+_OFFSET: Final = r"(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+_FRAC: Final = r"(?:\.[0-9]+)?"
+TIME_NO_LEAP: Final = rf"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]{_FRAC}{_OFFSET}"
 
-DURATION = (
+DURATION: Final = (
     r"P(?:(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)"
     r"(?:T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S))?"
     r"|T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
     r"|[0-9]+W)"
 )
 
-_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
-_DOT_ATOM = rf"{_ATEXT}+(?:\.{_ATEXT}+)*"
-_QUOTED = r'"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\[\x20-\x7e])*"'
-_DOMAIN = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
-EMAIL = rf"(?:{_DOT_ATOM}|{_QUOTED})@(?:{_DOMAIN}|\[{IPV4}\]|\[IPv6:{IPV6}\])"
+_ATEXT: Final = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+_DOT_ATOM: Final = rf"{_ATEXT}+(?:\.{_ATEXT}+)*"
+_QUOTED: Final = r'"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\[\x20-\x7e])*"'
+_DOMAIN: Final = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+EMAIL: Final = rf"(?:{_DOT_ATOM}|{_QUOTED})@(?:{_DOMAIN}|\[{IPV4}\]|\[IPv6:{IPV6}\])"
 
-UUID = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
+UUID: Final = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
 
 # RFC 3986, ASCII only (non-ASCII must be percent-encoded in a URI)
-_PCT = r"%[0-9A-Fa-f]{2}"
-_UNRESERVED = r"A-Za-z0-9\-._~"
-_SUB_DELIMS = r"!$&'()*+,;="
-_PCHAR = rf"(?:[{_UNRESERVED}{_SUB_DELIMS}:@]|{_PCT})"
-_SCHEME = r"[A-Za-z][A-Za-z0-9+\-.]*"
-_USERINFO = rf"(?:[{_UNRESERVED}{_SUB_DELIMS}:]|{_PCT})*"
-_IPVFUTURE = rf"v[0-9A-Fa-f]+\.[{_UNRESERVED}{_SUB_DELIMS}:]+"
-_HOST = rf"(?:\[(?:{IPV6}|{_IPVFUTURE})\]|(?:[{_UNRESERVED}{_SUB_DELIMS}]|{_PCT})*)"
-_AUTHORITY = rf"(?:{_USERINFO}@)?{_HOST}(?::[0-9]*)?"
-_SEGMENT = rf"{_PCHAR}*"
-_SEGMENT_NZ = rf"{_PCHAR}+"
-_SEGMENT_NZ_NC = rf"(?:[{_UNRESERVED}{_SUB_DELIMS}@]|{_PCT})+"
-_PATH_ABEMPTY = rf"(?:/{_SEGMENT})*"
-_HIER = (rf"(?://{_AUTHORITY}{_PATH_ABEMPTY}|/(?:{_SEGMENT_NZ}(?:/{_SEGMENT})*)?"
+_PCT: Final = r"%[0-9A-Fa-f]{2}"
+_UNRESERVED: Final = r"A-Za-z0-9\-._~"
+_SUB_DELIMS: Final = r"!$&'()*+,;="
+_PCHAR: Final = rf"(?:[{_UNRESERVED}{_SUB_DELIMS}:@]|{_PCT})"
+_SCHEME: Final = r"[A-Za-z][A-Za-z0-9+\-.]*"
+_USERINFO: Final = rf"(?:[{_UNRESERVED}{_SUB_DELIMS}:]|{_PCT})*"
+_IPVFUTURE: Final = rf"v[0-9A-Fa-f]+\.[{_UNRESERVED}{_SUB_DELIMS}:]+"
+_HOST: Final = rf"(?:\[(?:{IPV6}|{_IPVFUTURE})\]|(?:[{_UNRESERVED}{_SUB_DELIMS}]|{_PCT})*)"
+_AUTHORITY: Final = rf"(?:{_USERINFO}@)?{_HOST}(?::[0-9]*)?"
+_SEGMENT: Final = rf"{_PCHAR}*"
+_SEGMENT_NZ: Final = rf"{_PCHAR}+"
+_SEGMENT_NZ_NC: Final = rf"(?:[{_UNRESERVED}{_SUB_DELIMS}@]|{_PCT})+"
+_PATH_ABEMPTY: Final = rf"(?:/{_SEGMENT})*"
+_HIER: Final = (rf"(?://{_AUTHORITY}{_PATH_ABEMPTY}|/(?:{_SEGMENT_NZ}(?:/{_SEGMENT})*)?"
          rf"|{_SEGMENT_NZ}(?:/{_SEGMENT})*|)")
-_QUERY = rf"(?:{_PCHAR}|[/?])*"
-URI = rf"{_SCHEME}:{_HIER}(?:\?{_QUERY})?(?:#{_QUERY})?"
-_RELATIVE = (rf"(?://{_AUTHORITY}{_PATH_ABEMPTY}|/(?:{_SEGMENT_NZ}(?:/{_SEGMENT})*)?"
+_QUERY: Final = rf"(?:{_PCHAR}|[/?])*"
+URI: Final = rf"{_SCHEME}:{_HIER}(?:\?{_QUERY})?(?:#{_QUERY})?"
+_RELATIVE: Final = (rf"(?://{_AUTHORITY}{_PATH_ABEMPTY}|/(?:{_SEGMENT_NZ}(?:/{_SEGMENT})*)?"
              rf"|{_SEGMENT_NZ_NC}(?:/{_SEGMENT})*|)")
-URI_REFERENCE = rf"(?:{URI}|{_RELATIVE}(?:\?{_QUERY})?(?:#{_QUERY})?)"
+URI_REFERENCE: Final = rf"(?:{URI}|{_RELATIVE}(?:\?{_QUERY})?(?:#{_QUERY})?)"
 
-JSON_POINTER = r"(?:/(?:[^~/]|~[01])*)*"
-RELATIVE_JSON_POINTER = rf"(?:0|[1-9][0-9]*)(?:#|{JSON_POINTER})"
+JSON_POINTER: Final = r"(?:/(?:[^~/]|~[01])*)*"
+RELATIVE_JSON_POINTER: Final = rf"(?:0|[1-9][0-9]*)(?:#|{JSON_POINTER})"
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ class Format:
     loose_reason: str = ""
 
 
-FORMATS: dict[str, Format] = {f.name: f for f in [
+FORMATS: Final[dict[str, Format]] = {f.name: f for f in [
     Format("date", DATE),
     Format("time", None),
     Format("date-time", None),
@@ -116,7 +118,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in [
 ]}
 
 # Formats JSON Schema defines that have no grammar here: asserting them needs the validator.
-UNSUPPORTED_FORMATS = {
+UNSUPPORTED_FORMATS: Final = {
     "idn-email": "internationalised e-mail addresses (RFC 6531) are not compiled",
     "idn-hostname": "IDNA hostnames (RFC 5890) are not compiled",
     "iri": "IRIs (RFC 3987) are not compiled",
@@ -156,7 +158,7 @@ def leap_seconds() -> Expr:
     Every alternative is plain ASCII text and the sets [0-9] and [Zz]: inside a JSON string
     each is spelled as itself, which ``json_strings.format_body`` relies on."""
     frac = opt(seq(lit("."), plus(chars([("0", "9")]))))
-    zulu: tuple[Expr, ...] = (chars("Zz"), Literal(b"+00:00"), Literal(b"-00:00"))
+    zulu: tuple[Expr, ...] = (chars("Zz"), LITERAL(b"+00:00"), LITERAL(b"-00:00"))
     alts = []
     utc_leap = 23 * 60 + 59
     for local in range(24 * 60):
@@ -165,8 +167,8 @@ def leap_seconds() -> Expr:
             offsets = zulu
         else:
             neg = 24 * 60 - diff
-            offsets = (Literal(f"+{diff // 60:02d}:{diff % 60:02d}".encode()),
-                       Literal(f"-{neg // 60:02d}:{neg % 60:02d}".encode()))
-        time = Literal(f"{local // 60:02d}:{local % 60:02d}:60".encode())
-        alts.append(Seq((time, frac, Choice(offsets))))
-    return Choice(tuple(alts))
+            offsets = (LITERAL(f"+{diff // 60:02d}:{diff % 60:02d}".encode()),
+                       LITERAL(f"-{neg // 60:02d}:{neg % 60:02d}".encode()))
+        time = LITERAL(f"{local // 60:02d}:{local % 60:02d}:60".encode())
+        alts.append(SEQ((time, frac, CHOICE(offsets))))
+    return CHOICE(tuple(alts))

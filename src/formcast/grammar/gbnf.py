@@ -18,19 +18,15 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Mapping
+from typing import Final
 
 from formcast.errors import GBNFSyntaxError, GrammarError
 from formcast.grammar.ir import (
     MAX_CODEPOINT,
     ByteSet,
     CharSet,
-    Choice,
     Expr,
     Grammar,
-    Literal,
-    Ref,
-    Repeat,
-    Seq,
     chars,
     choice,
     lit,
@@ -39,13 +35,14 @@ from formcast.grammar.ir import (
     repeat,
     seq,
 )
+from formcast.grammar.ir_kinds import BYTE_SET, CHAR_SET, CHOICE, LITERAL, REF, REPEAT, SEQ
 
 __all__ = ["parse_gbnf", "print_gbnf", "gbnf_rule_names"]
 
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
-_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "[": "[", "]": "]"}
-_HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
-_ANY_CHAR = CharSet(((0, MAX_CODEPOINT),))
+_NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
+_SIMPLE_ESCAPES: Final = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "[": "[", "]": "]"}
+_HEX_ESCAPES: Final = {"x": 2, "u": 4, "U": 8}
+_ANY_CHAR: Final = CHAR_SET(((0, MAX_CODEPOINT),))
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -366,28 +363,28 @@ class _Printer:
 
     def is_empty(self, e: Expr, follow_refs: bool = False, seen: frozenset[str] = frozenset()) -> bool:
         """Whether ``e`` matches only the empty string, by its shape alone."""
-        if isinstance(e, Literal):
+        if isinstance(e, LITERAL):
             return not e.data
-        if isinstance(e, Seq):
+        if isinstance(e, SEQ):
             return all(self.is_empty(x, follow_refs, seen) for x in e.items)
-        if isinstance(e, Choice):
+        if isinstance(e, CHOICE):
             return bool(e.items) and all(self.is_empty(x, follow_refs, seen) for x in e.items)
-        if isinstance(e, Repeat):
+        if isinstance(e, REPEAT):
             return e.max == 0 or self.is_empty(e.item, follow_refs, seen)
-        if isinstance(e, Ref) and follow_refs and e.name not in seen:
+        if isinstance(e, REF) and follow_refs and e.name not in seen:
             return self.is_empty(self.rules[e.name], follow_refs, seen | {e.name})
         return False
 
     def expr(self, e: Expr, context: int) -> str:
-        if isinstance(e, Literal):
+        if isinstance(e, LITERAL):
             return self.literal(e.data)
-        if isinstance(e, CharSet):
+        if isinstance(e, CHAR_SET):
             return self.charset(e)
-        if isinstance(e, ByteSet):
+        if isinstance(e, BYTE_SET):
             return self.byteset(e)
-        if isinstance(e, Ref):
+        if isinstance(e, REF):
             return self.names[e.name]
-        if isinstance(e, Seq):
+        if isinstance(e, SEQ):
             items = [x for x in e.items if not self.is_empty(x)]
             if not items:
                 return '""'
@@ -395,19 +392,19 @@ class _Printer:
                 return self.expr(items[0], context)
             text = " ".join(self.expr(item, _SEQ_ITEM) for item in items)
             return f"({text})" if context >= _REPEATED else text
-        if isinstance(e, Choice):
+        if isinstance(e, CHOICE):
             if not e.items:
                 return "[^\\x00-\\U0010FFFF]"  # a character class that matches nothing
             rest = [x for x in e.items if not self.is_empty(x)]
             if not rest:
                 return '""'
             if len(rest) < len(e.items):  # "x | ''" is written "(x)?"
-                return self.expr(Repeat(Choice(tuple(rest)), 0, 1), context)
+                return self.expr(REPEAT(CHOICE(tuple(rest)), 0, 1), context)
             if len(rest) == 1:
                 return self.expr(rest[0], context)
             text = " | ".join(self.expr(item, _TOP) for item in rest)
             return f"({text})" if context >= _SEQ_ITEM else text
-        if isinstance(e, Repeat):
+        if isinstance(e, REPEAT):
             if self.is_empty(e.item, follow_refs=True):
                 return '""'
             text = self.expr(e.item, _REPEATED) + _quantifier(e.min, e.max)
@@ -463,7 +460,7 @@ def _class_range(lo: int, hi: int) -> str:
     return f"{_escape(lo, in_class=True)}-{_escape(hi, in_class=True)}"
 
 
-_PRINTABLE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_PRINTABLE_ESCAPES: Final = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
 def _escape(code: int, *, in_class: bool) -> str:

@@ -10,31 +10,31 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from formcast.errors import GrammarError
-from formcast.grammar.ir_nodes import (
+from formcast.grammar.ir_kinds import (
+    BYTE_SET,
+    CHAR_SET,
+    CHOICE,
     EMPTY,
+    LITERAL,
     NOTHING,
-    ByteSet,
-    CharSet,
-    Choice,
-    Expr,
-    Literal,
-    Ref,
-    Repeat,
-    Seq,
+    REF,
+    REPEAT,
+    SEQ,
 )
+from formcast.grammar.ir_nodes import ByteSet, CharSet, Expr, Ref
 from formcast.grammar.ir_ranges import merge_ranges
 
 
 def is_nothing(e: Expr) -> bool:
     """Whether ``e`` is the empty choice (matches nothing): a type check, not ``e == NOTHING``,
     whose dataclass comparisons run as Python and were called hundreds of times a compile."""
-    return type(e) is Choice and not e.items  # type: ignore[attr-defined]
+    return type(e) is CHOICE and not e.items  # type: ignore[attr-defined]
 
 
 def lit(text: str | bytes) -> Expr:
     """A literal; ``str`` is encoded as UTF-8."""
     data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
-    return Literal(data) if data else EMPTY
+    return LITERAL(data) if data else EMPTY
 
 
 def seq(*items: Expr) -> Expr:
@@ -44,19 +44,19 @@ def seq(*items: Expr) -> Expr:
     flat: list[Expr] = []
     after_literal = False
     for item in items:
-        for part in item.items if type(item) is Seq else (item,):
+        for part in item.items if type(item) is SEQ else (item,):
             kind = type(part)
-            if kind is Literal:
+            if kind is LITERAL:
                 if after_literal:
-                    flat[-1] = Literal(flat[-1].data + part.data)  # type: ignore[attr-defined]
+                    flat[-1] = LITERAL(flat[-1].data + part.data)  # type: ignore[attr-defined]
                     continue
                 after_literal = True
-            elif kind is Choice and not part.items:  # type: ignore[attr-defined]
+            elif kind is CHOICE and not part.items:  # type: ignore[attr-defined]
                 return NOTHING
             else:
                 after_literal = False
             flat.append(part)
-    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+    return flat[0] if len(flat) == 1 else SEQ(tuple(flat))
 
 
 def choice(*items: Expr) -> Expr:
@@ -64,11 +64,11 @@ def choice(*items: Expr) -> Expr:
     flat: list[Expr] = []
     seen: set[Expr] = set()
     for item in items:
-        for part in item.items if type(item) is Choice else (item,):  # type: ignore
+        for part in item.items if type(item) is CHOICE else (item,):  # type: ignore
             if part not in seen:
                 seen.add(part)
                 flat.append(part)
-    return flat[0] if len(flat) == 1 else Choice(tuple(flat))
+    return flat[0] if len(flat) == 1 else CHOICE(tuple(flat))
 
 
 def factored_choice(*items: Expr) -> Expr:
@@ -77,7 +77,7 @@ def factored_choice(*items: Expr) -> Expr:
     the shared beginning once instead of once per alternative (the branches of an anyOf of
     tool calls all begin ``{ ws "name" ws : ws``)."""
     flat = choice(*items)
-    return _factored(flat.items) if type(flat) is Choice else flat
+    return _factored(flat.items) if type(flat) is CHOICE else flat
 
 
 def _factored(alts: tuple[Expr, ...] | list[Expr]) -> Expr:
@@ -86,10 +86,10 @@ def _factored(alts: tuple[Expr, ...] | list[Expr]) -> Expr:
     (hashing the tails to drop duplicates cost more than the factoring saved)."""
     groups: dict[Expr, list[Expr]] = {}  # by first item, in order of first appearance
     for alt in alts:
-        groups.setdefault(alt.items[0] if type(alt) is Seq and alt.items else alt,
+        groups.setdefault(alt.items[0] if type(alt) is SEQ and alt.items else alt,
                           []).append(alt)
     if len(groups) == len(alts):
-        return Choice(tuple(alts)) if len(alts) != 1 else alts[0]
+        return CHOICE(tuple(alts)) if len(alts) != 1 else alts[0]
     out = []
     for head, group in groups.items():
         if len(group) == 1:
@@ -97,7 +97,7 @@ def _factored(alts: tuple[Expr, ...] | list[Expr]) -> Expr:
             continue
         # The whole common beginning at once, not one item a level.
         shared = 1
-        if all(type(a) is Seq for a in group):
+        if all(type(a) is SEQ for a in group):
             rows = [a.items for a in group]  # type: ignore[attr-defined]
             first, shortest = rows[0], min(len(r) for r in rows)
             while shared < shortest and all(r[shared] == first[shared] for r in rows[1:]):
@@ -106,16 +106,16 @@ def _factored(alts: tuple[Expr, ...] | list[Expr]) -> Expr:
             first = (head,)
         tails = [_rest(a, shared) for a in group]
         out.append(seq(*first[:shared], _factored(tails)))
-    return out[0] if len(out) == 1 else Choice(tuple(out))
+    return out[0] if len(out) == 1 else CHOICE(tuple(out))
 
 
 def _rest(alt: Expr, shared: int) -> Expr:
     """What follows the first ``shared`` items of ``alt``."""
-    if type(alt) is not Seq:
+    if type(alt) is not SEQ:
         return EMPTY
     items = alt.items  # type: ignore[attr-defined]
     left = len(items) - shared
-    return EMPTY if left <= 0 else items[shared] if left == 1 else Seq(items[shared:])
+    return EMPTY if left <= 0 else items[shared] if left == 1 else SEQ(items[shared:])
 
 
 def repeat(item: Expr, min: int = 0, max: int | None = None) -> Expr:  # noqa: A002
@@ -126,7 +126,7 @@ def repeat(item: Expr, min: int = 0, max: int | None = None) -> Expr:  # noqa: A
         return EMPTY
     if min == 1 and max == 1:
         return item
-    return Repeat(item, min, max)
+    return REPEAT(item, min, max)
 
 
 def opt(item: Expr) -> Expr:
@@ -146,7 +146,7 @@ def plus(item: Expr) -> Expr:
 
 def ref(name: str) -> Ref:
     """A reference to the rule ``name``."""
-    return Ref(name)
+    return REF(name)
 
 
 def chars(ranges: Iterable[tuple[int, int] | tuple[str, str] | str], negated: bool = False) -> CharSet:
@@ -161,7 +161,7 @@ def chars(ranges: Iterable[tuple[int, int] | tuple[str, str] | str], negated: bo
             if lo > hi:
                 raise GrammarError(f"character range {lo:#x}-{hi:#x} is reversed")
             out.append((lo, hi))
-    return CharSet(merge_ranges(out), negated)
+    return CHAR_SET(merge_ranges(out), negated)
 
 
 def byte_set(ranges: Iterable[tuple[int, int]]) -> ByteSet:
@@ -170,4 +170,4 @@ def byte_set(ranges: Iterable[tuple[int, int]]) -> ByteSet:
     for lo, hi in rs:
         if not 0 <= lo <= hi <= 255:
             raise GrammarError(f"byte range {lo}-{hi} is outside 0-255")
-    return ByteSet(rs)
+    return BYTE_SET(rs)

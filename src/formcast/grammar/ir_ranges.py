@@ -8,9 +8,10 @@ every schema compile merges and subtracts ranges thousands of times.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
-MAX_CODEPOINT = 0x10FFFF
-SURROGATES = (0xD800, 0xDFFF)
+MAX_CODEPOINT: Final = 0x10FFFF
+SURROGATES: Final = (0xD800, 0xDFFF)
 
 
 def merge_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -78,7 +79,7 @@ def subtract_ranges(ranges: tuple[tuple[int, int], ...], remove: Iterable[tuple[
     return merge_ranges(out)
 
 
-_UTF8_BOUNDS = ((0, 0x7F), (0x80, 0x7FF), (0x800, 0xFFFF), (0x10000, MAX_CODEPOINT))
+_UTF8_BOUNDS: Final = ((0, 0x7F), (0x80, 0x7FF), (0x800, 0xFFFF), (0x10000, MAX_CODEPOINT))
 
 
 def utf8_byte_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:

@@ -10,20 +10,10 @@ a miss (items AND NOT contains), and the matches are counted in the item list it
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-from formcast.grammar.ir import (
-    EMPTY,
-    NOTHING,
-    Expr,
-    choice,
-    is_nothing,
-    lit,
-    opt,
-    repeat,
-    seq,
-    star,
-)
+from formcast.grammar.ir import Expr, choice, is_nothing, lit, opt, repeat, seq, star
+from formcast.grammar.ir_kinds import EMPTY, NOTHING
 from formcast.grammar.json_conj import Conj
 from formcast.grammar.json_negate import negate
 from formcast.grammar.json_objects import emit_graph
@@ -33,7 +23,7 @@ from formcast.grammar.json_text import value_literal
 if TYPE_CHECKING:  # pragma: no cover
     from formcast.grammar.json_schema import SchemaCompiler
 
-MAX_UNIQUE_VALUES = 6  # one grammar state per subset of used values: 2**6 = 64
+MAX_UNIQUE_VALUES: Final = 6  # one grammar state per subset of used values: 2**6 = 64
 
 
 def build_array(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:

@@ -13,25 +13,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from formcast.errors import SchemaError
 from formcast.grammar.json_refs import Loc, SchemaIndex, join_pointer
 from formcast.grammar.json_text import is_json_number, to_decimal
 
-ALL_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+ALL_TYPES: Final = ("object", "array", "string", "number", "integer", "boolean", "null")
 
 # Keywords that never constrain a value.
-ANNOTATIONS = {
+ANNOTATIONS: Final = {
     "title", "description", "examples", "default", "$comment", "deprecated", "readOnly",
     "writeOnly", "$schema", "$id", "$anchor", "$dynamicAnchor", "$vocabulary", "$defs",
     "definitions", "contentMediaType", "contentEncoding", "contentSchema", "discriminator",
     "nullable", "example", "externalDocs", "xml", "$recursiveAnchor", "id",
 }
 # Keywords whose constraint takes effect only together with another one.
-DEPENDENT = {"then", "else", "minContains", "maxContains", "additionalItems"}
+DEPENDENT: Final = {"then", "else", "minContains", "maxContains", "additionalItems"}
 
-CONSTRAINTS = {
+CONSTRAINTS: Final = {
     "$ref", "$dynamicRef", "$recursiveRef", "allOf", "anyOf", "oneOf", "not", "if", "type",
     "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
     "maxLength", "minLength", "pattern", "format", "items", "prefixItems", "contains",
@@ -129,7 +129,7 @@ class Group:
 # compiles a plain class's ``__init__``, but a dataclass's generated ``__init__`` stays
 # interpreted, and a schema compile makes a Conj for every subschema (an eighth of a large
 # anyOf's front end went to it).
-CONJ_FIELDS = (
+CONJ_FIELDS: Final = (
     "sources", "types", "values", "false", "issues", "seen", "low", "high", "multiples",
     "min_len", "max_len", "length_ptrs", "patterns", "formats", "arrays", "min_items",
     "max_items", "unique", "contains", "objects", "required", "property_names", "min_props",
@@ -616,6 +616,6 @@ class Accumulator:
 # keywords. Unbound, so an Accumulator holds no bound methods of itself (that cycle kept
 # every compile's schema index alive until the cyclic collector ran). Annotations and
 # keywords read by another one's handler ("then") have none.
-_HANDLERS: dict[str, Callable[..., None]] = {
+_HANDLERS: Final[dict[str, Callable[..., None]]] = {
     key: getattr(Accumulator, "_kw_" + key.lstrip("$"))
     for key in CONSTRAINTS - ANNOTATIONS - DEPENDENT}

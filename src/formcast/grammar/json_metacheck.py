@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Final
 
-SIMPLE_TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
+SIMPLE_TYPES: Final = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
 
 # the metaschema's own patterns, applied as jsonschema applies them (re.search)
-_ANCHOR_PATTERN = re.compile(r"^[A-Za-z_][-A-Za-z0-9._]*$")
-_ID_PATTERN = re.compile(r"^[^#]*#?$")
+_ANCHOR_PATTERN: Final = re.compile(r"^[A-Za-z_][-A-Za-z0-9._]*$")
+_ID_PATTERN: Final = re.compile(r"^[^#]*#?$")
 
 
 def _string(value: Any) -> bool:
@@ -85,7 +85,7 @@ def _vocabulary(value: Any) -> bool:
 
 # What the metaschema asserts about each keyword's value; keywords it does not name (and
 # "const", "default") are free. Keywords whose value holds subschemas are handled in the walk.
-_LEAF_CHECKS = {
+_LEAF_CHECKS: Final = {
     **dict.fromkeys(("$schema", "$ref", "$dynamicRef", "$recursiveRef", "$comment", "title",
                      "description", "format", "contentEncoding", "contentMediaType", "pattern"),
                     _string),
@@ -102,10 +102,10 @@ _LEAF_CHECKS = {
     "dependentRequired": _dependent_required,
     "$vocabulary": _vocabulary,
 }
-_SCHEMA = frozenset({"items", "contains", "additionalProperties", "propertyNames", "if", "then",
+_SCHEMA: Final = frozenset({"items", "contains", "additionalProperties", "propertyNames", "if", "then",
                      "else", "not", "unevaluatedItems", "unevaluatedProperties", "contentSchema"})
-_SCHEMA_ARRAY = frozenset({"prefixItems", "allOf", "anyOf", "oneOf"})
-_SCHEMA_MAP = frozenset({"properties", "patternProperties", "dependentSchemas", "$defs",
+_SCHEMA_ARRAY: Final = frozenset({"prefixItems", "allOf", "anyOf", "oneOf"})
+_SCHEMA_MAP: Final = frozenset({"properties", "patternProperties", "dependentSchemas", "$defs",
                          "definitions"})
 
 

@@ -9,7 +9,7 @@ failure set has no grammar (``items``, ``properties`` with schemas, ``uniqueItem
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from formcast.grammar import charfa
 from formcast.grammar.ir import lit
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from formcast.grammar.json_schema import SchemaCompiler
 
 # Conj fields a negatable schema may set (everything else makes negate() give up).
-_SIMPLE = {"sources", "seen", "inlined", "types", "values", "false", "low", "high", "min_len",
+_SIMPLE: Final = {"sources", "seen", "inlined", "types", "values", "false", "low", "high", "min_len",
            "max_len", "length_ptrs", "patterns", "required", "min_props", "max_props",
            "count_ptrs", "min_items", "max_items", "string_dfas", "excluded_numbers"}
 

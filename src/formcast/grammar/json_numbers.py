@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from formcast.grammar import charfa
 from formcast.grammar.cache import Memo
 from formcast.grammar.digit_ranges import interval_expr
-from formcast.grammar.ir import CharSet, Expr, choice, lit, opt, plus, seq, star
+from formcast.grammar.ir import Expr, choice, lit, opt, plus, seq, star
+from formcast.grammar.ir_kinds import CHAR_SET
 from formcast.grammar.json_text import GENERIC_INTEGER, GENERIC_NUMBER, plain_decimal
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,10 +30,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from formcast.grammar.json_refs import Loc
     from formcast.grammar.json_schema import SchemaCompiler
 
-MAX_MODULUS = 1000
-MAX_SCALE = 30
+MAX_MODULUS: Final = 1000
+MAX_SCALE: Final = 30
 
-_NUMBER_EXPRS = Memo(256)
+_NUMBER_EXPRS: Final = Memo(256)
 
 _GE, _GT, _LE, _LT = frozenset({0, 1}), frozenset({1}), frozenset({-1, 0}), frozenset({-1})
 
@@ -159,7 +160,7 @@ def _spellings(values: Sequence[Decimal]) -> charfa.DFA:
 def _ascii_label(ranges: tuple[tuple[int, int], ...]) -> Expr:
     if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
         return lit(chr(ranges[0][0]))
-    return CharSet(ranges)
+    return CHAR_SET(ranges)
 
 
 def number_dfa(*, integer: bool, low: Decimal | None, low_exclusive: bool,

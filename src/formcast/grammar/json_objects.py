@@ -15,24 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from functools import lru_cache
 from itertools import combinations
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from formcast.grammar import charfa
-from formcast.grammar.ir import (
-    EMPTY,
-    NOTHING,
-    Choice,
-    Expr,
-    Ref,
-    Repeat,
-    Seq,
-    choice,
-    is_nothing,
-    lit,
-    opt,
-    repeat,
-    seq,
-)
+from formcast.grammar.ir import Expr, choice, is_nothing, lit, opt, repeat, seq
+from formcast.grammar.ir_kinds import CHOICE, EMPTY, NOTHING, REF, REPEAT, SEQ
 from formcast.grammar.json_conj import Conj, Sub
 from formcast.grammar.json_refs import Loc, join_pointer
 from formcast.grammar.json_text import QUOTE, string_literal, union
@@ -40,8 +27,8 @@ from formcast.grammar.json_text import QUOTE, string_literal, union
 if TYPE_CHECKING:  # pragma: no cover
     from formcast.grammar.json_schema import SchemaCompiler
 
-ANY_ORDER_LIMIT = 5
-MAX_PATTERN_CLASSES = 4
+ANY_ORDER_LIMIT: Final = 5
+MAX_PATTERN_CLASSES: Final = 4
 
 ANY_STRING_DFA: charfa.DFA | None = None
 
@@ -139,7 +126,7 @@ def build_object(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
             return NOTHING  # a required key that needs a key that cannot appear
         members[i] = (NOTHING, False)
     if extra is not None and _big(extra):
-        extra = Ref(c.new_rule(c.rule_base(loc) + "-additional", extra))
+        extra = REF(c.new_rule(c.rule_base(loc) + "-additional", extra))
 
     if conj.max_props is not None and conj.max_props < conj.min_props:
         return NOTHING
@@ -421,7 +408,7 @@ class _GraphEmitter:
         body = choice(*alts) if alts else NOTHING
         if self.indegree[s] > 1 and not is_nothing(body) and _big(body):
             name = self.names[s] = self.c.new_rule(f"{self.prefix}{len(self.names)}", body)
-            got = Ref(name)
+            got = REF(name)
         else:
             got = body
         self.memo[s] = got
@@ -434,9 +421,9 @@ def _big(e: Expr) -> bool:
     while stack and count < 6:
         x = stack.pop()
         count += 1
-        if isinstance(x, Seq | Choice):
+        if isinstance(x, SEQ | CHOICE):
             stack.extend(x.items)
-        elif isinstance(x, Repeat):
+        elif isinstance(x, REPEAT):
             stack.append(x.item)
     return count >= 6
 

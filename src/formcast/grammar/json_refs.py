@@ -8,19 +8,19 @@ against; ``$anchor`` / ``$dynamicAnchor`` name a subschema. References that leav
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 from urllib.parse import unquote, urljoin
 
 from formcast.errors import SchemaError
 
-DEFAULT_BASE = "https://formcast.invalid/schema.json"
+DEFAULT_BASE: Final = "https://formcast.invalid/schema.json"
 
 # Keywords whose value is a schema, a list of schemas, or a map of name -> schema.
-SCHEMA_VALUED = {"additionalProperties", "propertyNames", "items", "additionalItems", "contains",
+SCHEMA_VALUED: Final = {"additionalProperties", "propertyNames", "items", "additionalItems", "contains",
                  "not", "if", "then", "else", "unevaluatedItems", "unevaluatedProperties",
                  "contentSchema"}
-SCHEMA_LISTS = {"allOf", "anyOf", "oneOf", "prefixItems", "items"}
-SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
+SCHEMA_LISTS: Final = {"allOf", "anyOf", "oneOf", "prefixItems", "items"}
+SCHEMA_MAPS: Final = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
                "dependencies"}
 
 

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote
 
 from formcast.errors import (
@@ -52,15 +52,9 @@ from formcast.grammar.cache import (
     text_hash,
 )
 from formcast.grammar.ir import (
-    EMPTY,
-    NOTHING,
-    Choice,
     Expr,
     Grammar,
     ReadableRules,
-    Ref,
-    Repeat,
-    Seq,
     chars,
     choice,
     factored_choice,
@@ -71,6 +65,7 @@ from formcast.grammar.ir import (
     seq,
     star,
 )
+from formcast.grammar.ir_kinds import CHOICE, EMPTY, NOTHING, REF, REPEAT, SEQ
 from formcast.grammar.json_arrays import build_array
 from formcast.grammar.json_conj import (
     ALL_TYPES,
@@ -118,20 +113,20 @@ from formcast.grammar.prune import prune_rules
 from formcast.grammar.regex import regex_to_expr
 from formcast.grammar.report import CompileReport, Unenforced
 
-COMPILER_VERSION = "1.0"
-FLEXIBLE_INDENT = 20
+COMPILER_VERSION: Final = "1.0"
+FLEXIBLE_INDENT: Final = 20
 # Built once: every schema compile with the default whitespace uses this body.
-FLEXIBLE_WS: Expr = seq(opt(choice(lit("\n"), lit("\r\n"))), repeat(chars(" \t"), 0, FLEXIBLE_INDENT))
+FLEXIBLE_WS: Final[Expr] = seq(opt(choice(lit("\n"), lit("\r\n"))), repeat(chars(" \t"), 0, FLEXIBLE_INDENT))
 # One JSON string character of a constrained string, its \u escapes in the rule named below.
-CHAR_BODY: Expr = char_forms(ANY_CODEPOINT, Ref("unicode-escape"))
-MAX_BRANCH_PRODUCT = 256
+CHAR_BODY: Final[Expr] = char_forms(ANY_CODEPOINT, REF("unicode-escape"))
+MAX_BRANCH_PRODUCT: Final = 256
 
 __all__ = ["compile_json_schema", "CompileOptions", "COMPILER_VERSION", "load_schema_text",
            "clear_memos"]
 
 # charfa.to_expr results with the compiler's character labels, for automata that need no helper
 # rules: (expression, whether a label was spelled, which creates the "unicode-escape" rule)
-_SPELLED = Memo(512)
+_SPELLED: Final = Memo(512)
 
 
 @dataclass(frozen=True)
@@ -225,7 +220,7 @@ def _names_resources(text: str) -> bool:
     return '"$id"' in text or '"$anchor"' in text or '"$dynamicAnchor"' in text
 
 
-_DRAFT_2020_12_URIS = ("https://json-schema.org/draft/2020-12/schema",
+_DRAFT_2020_12_URIS: Final = ("https://json-schema.org/draft/2020-12/schema",
                        "https://json-schema.org/draft/2020-12/schema#")
 
 
@@ -332,11 +327,11 @@ class SchemaCompiler:
         """A shared rule for a generic JSON piece: value, object, array, string, number..."""
         depth = self.options.max_depth
         if name in ("value", "object", "array") and depth is not None:
-            return Ref(self._bounded(name, depth))
+            return REF(self._bounded(name, depth))
         if name not in self.rules:
             self.rules[name] = NOTHING
             self.rules[name] = self._prim_body(name)
-        return Ref(name)
+        return REF(name)
 
     def _prim_body(self, name: str) -> Expr:
         if name == "string":
@@ -367,10 +362,10 @@ class SchemaCompiler:
             if depth == 0:
                 body = self._value_body(None, None)
             else:
-                body = self._value_body(Ref(self._bounded("object", depth)),
-                                        Ref(self._bounded("array", depth)))
+                body = self._value_body(REF(self._bounded("object", depth)),
+                                        REF(self._bounded("array", depth)))
         else:
-            inner = (Ref(self._bounded("value", depth - 1)) if depth > 0 else NOTHING)
+            inner = (REF(self._bounded("value", depth - 1)) if depth > 0 else NOTHING)
             body = self._object_body(inner) if kind == "object" else self._array_body(inner)
         self.rules[name] = body
         return name
@@ -448,7 +443,7 @@ class SchemaCompiler:
                 self.note("the whitespace regex allows unbounded whitespace: a model can get "
                           "stuck emitting spaces")
         self.rules["ws"] = body
-        return Ref("ws")
+        return REF("ws")
 
     def pattern_dfa(self, pattern: str, pointer: str) -> charfa.DFA | None:
         """The search language of a pattern as an automaton (None: not compilable)."""
@@ -577,12 +572,12 @@ class SchemaCompiler:
             finally:
                 self.open.pop()
             self.rules[name] = body
-            return Ref(name)
+            return REF(name)
         if name in self.open:
             self.report(ptr, "$ref", f"$ref {ref!r} refers back to itself before any input "
                         "(left recursion); that branch is dropped")
             return NOTHING
-        return Ref(name)
+        return REF(name)
 
     def compile_subs(self, subs: list[Sub], pointer: str) -> Expr:
         """The grammar of the conjunction of ``subs`` (none: any value) as a rule named after
@@ -602,7 +597,7 @@ class SchemaCompiler:
                 self.report(subs[0][1].pointer, "$ref", "this schema refers back to itself "
                             "before any input (left recursion); that branch is dropped")
                 return NOTHING
-            return Ref(name)
+            return REF(name)
         name = self.node_rules[key] = self.reserve_rule(self.rule_base(Loc(pointer, "")))
         self.open.append(name)
         try:
@@ -618,7 +613,7 @@ class SchemaCompiler:
         self.rules[name] = expr
         if _size(expr, 40) >= 40:
             self.keep.add(name)
-        return Ref(name)
+        return REF(name)
 
     def _ref_only(self, schema: dict) -> bool:
         return "$ref" in schema and (self.acc.legacy_refs or all(
@@ -914,7 +909,7 @@ def _rule_base(pointer: str) -> str:
     return _rule_base(parent) + "-" + word
 
 
-_NOT_WORD = re.compile(r"[^A-Za-z0-9]+")
+_NOT_WORD: Final = re.compile(r"[^A-Za-z0-9]+")
 
 
 def _sig_disjoint(a: tuple, b: tuple) -> bool:
@@ -940,9 +935,9 @@ def _size(expr: Expr, limit: int) -> int:
         e = stack.pop()
         count += 1
         kind = type(e)
-        if kind is Seq or kind is Choice:
+        if kind is SEQ or kind is CHOICE:
             stack.extend(e.items)  # type: ignore[attr-defined]
-        elif kind is Repeat:
+        elif kind is REPEAT:
             stack.append(e.item)  # type: ignore[attr-defined]
     return count
 

@@ -10,25 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from formcast.errors import RegexSyntaxError, SchemaError, UnsupportedRegexError
 from formcast.grammar import charfa
 from formcast.grammar.formats import FORMATS, UNSUPPORTED_FORMATS, format_expr, leap_seconds
-from formcast.grammar.ir import (
+from formcast.grammar.ir import Expr, merge_ranges, repeat, seq, star
+from formcast.grammar.ir_kinds import (
+    BYTE_SET,
+    CHAR_SET,
+    CHOICE,
+    LITERAL,
     NOTHING,
-    ByteSet,
-    CharSet,
-    Choice,
-    Expr,
-    Literal,
-    Ref,
-    Repeat,
-    Seq,
-    merge_ranges,
-    repeat,
-    seq,
-    star,
+    REF,
+    REPEAT,
+    SEQ,
 )
 from formcast.grammar.json_text import (
     ANY_CODEPOINT,
@@ -45,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from formcast.grammar.json_refs import Loc
     from formcast.grammar.json_schema import SchemaCompiler
 
-ANY_CHAR = CharSet(ANY_CODEPOINT)
+ANY_CHAR: Final = CHAR_SET(ANY_CODEPOINT)
 
 
 def json_spelled(expr: Expr, label: Callable[[tuple[tuple[int, int], ...]], Expr],
@@ -71,18 +67,18 @@ class _Speller:
             return got[1]
         kind = type(e)
         out: Expr
-        if kind is Literal:
+        if kind is LITERAL:
             text = e.data.decode("utf-8")  # type: ignore[attr-defined]
             out = e if is_plain(text) else string_content(text)
-        elif kind is Seq:
+        elif kind is SEQ:
             out = seq(*[self.walk(x) for x in e.items])  # type: ignore[attr-defined]
-        elif kind is Choice:
+        elif kind is CHOICE:
             out = union([self.walk(x) for x in e.items])  # type: ignore[attr-defined]
-        elif kind is CharSet:
+        elif kind is CHAR_SET:
             out = self.label(e.codepoint_ranges())  # type: ignore[attr-defined]
-        elif kind is Repeat:
+        elif kind is REPEAT:
             out = repeat(self.walk(e.item), e.min, e.max)  # type: ignore[attr-defined]
-        elif kind is ByteSet:
+        elif kind is BYTE_SET:
             if any(hi > 0x7F for _, hi in e.ranges):  # type: ignore[attr-defined]
                 raise charfa.NotCharacterLevel("byte sets beyond ASCII")
             out = self.label(merge_ranges(e.ranges))  # type: ignore[attr-defined]
@@ -223,7 +219,7 @@ def build_string(c: SchemaCompiler, conj: Conj, loc: Loc) -> Expr:
             c.prim("unicode-escape")
             c.rules[name] = format_body(name[len("format-"):])
             c.keep.add(name)
-        return Ref(name)
+        return REF(name)
     content = combine(cons, label=c.label, spell=c.spell,
                       prefix=c.rule_base(loc) + "-str", report=c.report)
     return seq(QUOTE, content, QUOTE)
@@ -245,10 +241,10 @@ def format_body(name: str) -> Expr:
     return seq(QUOTE, spelled, QUOTE)
 
 
-_UNICODE_ESCAPE = Ref("unicode-escape")
+_UNICODE_ESCAPE: Final = REF("unicode-escape")
 # spellings of format expression nodes (cached for the process, like the formats themselves):
 # "time" and "date-time" share the leap-second table
-_FORMAT_SPELLINGS: dict[int, tuple[Expr, Expr]] = {}
+_FORMAT_SPELLINGS: Final[dict[int, tuple[Expr, Expr]]] = {}
 
 
 def _format_label(ranges: tuple[tuple[int, int], ...]) -> Expr:

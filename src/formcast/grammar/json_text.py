@@ -21,19 +21,14 @@ import re
 from collections.abc import Iterable
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from formcast.errors import SchemaError
 from formcast.grammar.ir import (
-    EMPTY,
     MAX_CODEPOINT,
-    NOTHING,
-    CharSet,
-    Choice,
     Expr,
     Literal,
     Repeat,
-    Seq,
     chars,
     choice,
     lit,
@@ -42,31 +37,32 @@ from formcast.grammar.ir import (
     seq,
     star,
 )
+from formcast.grammar.ir_kinds import CHAR_SET, CHOICE, EMPTY, LITERAL, NOTHING, REPEAT, SEQ
 
 Ranges = tuple[tuple[int, int], ...]
 
-QUOTE = lit('"')
-ANY_CODEPOINT: Ranges = ((0, 0xD7FF), (0xE000, MAX_CODEPOINT))
-RAW_ALLOWED: Ranges = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, MAX_CODEPOINT))
-SHORT_ESCAPES = {0x22: '"', 0x5C: "\\", 0x2F: "/", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r",
+QUOTE: Final = lit('"')
+ANY_CODEPOINT: Final[Ranges] = ((0, 0xD7FF), (0xE000, MAX_CODEPOINT))
+RAW_ALLOWED: Final[Ranges] = ((0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, MAX_CODEPOINT))
+SHORT_ESCAPES: Final = {0x22: '"', 0x5C: "\\", 0x2F: "/", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r",
                  0x09: "t"}
-U_ESCAPED: Ranges = ((0x00, 0x1F), (0x7F, 0xD7FF), (0xE000, 0xFFFF))
-ASTRAL: Ranges = ((0x10000, MAX_CODEPOINT),)
+U_ESCAPED: Final[Ranges] = ((0x00, 0x1F), (0x7F, 0xD7FF), (0xE000, 0xFFFF))
+ASTRAL: Final[Ranges] = ((0x10000, MAX_CODEPOINT),)
 
-HEX_DIGIT = chars([("0", "9"), ("a", "f"), ("A", "F")])
-DIGIT = chars([("0", "9")])
-NONZERO_DIGIT = chars([("1", "9")])
+HEX_DIGIT: Final = chars([("0", "9"), ("a", "f"), ("A", "F")])
+DIGIT: Final = chars([("0", "9")])
+NONZERO_DIGIT: Final = chars([("1", "9")])
 
-GENERIC_STRING: Expr = seq(
+GENERIC_STRING: Final[Expr] = seq(
     QUOTE,
     star(choice(
-        CharSet(RAW_ALLOWED),
+        CHAR_SET(RAW_ALLOWED),
         seq(lit("\\"), choice(chars('"\\/bfnrt'), seq(lit("u"), repeat(HEX_DIGIT, 4, 4)))),
     )),
     QUOTE,
 )
-GENERIC_INTEGER: Expr = seq(repeat(lit("-"), 0, 1), choice(lit("0"), seq(NONZERO_DIGIT, star(DIGIT))))
-GENERIC_NUMBER: Expr = seq(
+GENERIC_INTEGER: Final[Expr] = seq(repeat(lit("-"), 0, 1), choice(lit("0"), seq(NONZERO_DIGIT, star(DIGIT))))
+GENERIC_NUMBER: Final[Expr] = seq(
     GENERIC_INTEGER,
     repeat(seq(lit("."), repeat(DIGIT, 1, None)), 0, 1),
     repeat(seq(chars("eE"), repeat(chars("+-"), 0, 1), repeat(DIGIT, 1, None)), 0, 1),
@@ -79,12 +75,12 @@ def union(items: Iterable[Expr]) -> Expr:
     expression's own hash is a Python call."""
     flat: dict[object, Expr] = {}
     for item in items:
-        for part in item.items if type(item) is Choice else (item,):
-            key = part.data if type(part) is Literal else part  # type: ignore[attr-defined]
+        for part in item.items if type(item) is CHOICE else (item,):
+            key = part.data if type(part) is LITERAL else part  # type: ignore[attr-defined]
             if key not in flat:
                 flat[key] = part
     alts = tuple(flat.values())
-    return alts[0] if len(alts) == 1 else Choice(alts)
+    return alts[0] if len(alts) == 1 else CHOICE(alts)
 
 
 class MemoUnion:
@@ -98,18 +94,18 @@ class MemoUnion:
     def __call__(self, items: Iterable[Expr]) -> Expr:
         flat: dict[_Keyed, None] = {}
         for item in items:
-            for part in item.items if isinstance(item, Choice) else (item,):
+            for part in item.items if isinstance(item, CHOICE) else (item,):
                 flat.setdefault(_Keyed(part, self.hash(part)), None)
         alts = tuple(k.expr for k in flat)
-        return alts[0] if len(alts) == 1 else Choice(alts)
+        return alts[0] if len(alts) == 1 else CHOICE(alts)
 
     def hash(self, expr: Expr) -> int:
         got = self._hashes.get(id(expr))
         if got is not None:
             return got[1]
-        if isinstance(expr, Seq | Choice):
+        if isinstance(expr, SEQ | CHOICE):
             h = hash((type(expr), tuple(self.hash(x) for x in expr.items)))
-        elif isinstance(expr, Repeat):
+        elif isinstance(expr, REPEAT):
             h = hash((Repeat, self.hash(expr.item), expr.min, expr.max))
         else:
             h = hash(expr)
@@ -179,12 +175,12 @@ def _make_digit_class(lo: int, hi: int, base: int) -> Expr:
     merged = merge_ranges(ranges)
     if len(merged) == 1 and merged[0][0] == merged[0][1]:
         return lit(chr(merged[0][0]))
-    return CharSet(merged)
+    return CHAR_SET(merged)
 
 
 # Every digit class of base 10 and 16, made once at import: ranges of \u escapes and
 # integer bounds ask for them thousands of times per schema (a sixth of an invoice's front end).
-_DIGIT_CLASSES = {(lo, hi, base): _make_digit_class(lo, hi, base)
+_DIGIT_CLASSES: Final = {(lo, hi, base): _make_digit_class(lo, hi, base)
                   for base in (10, 16) for lo in range(base) for hi in range(lo, base)}
 
 
@@ -248,7 +244,7 @@ def _digit_tree(ranges: Ranges, offset: int, width: int, base: int) -> Expr:
         d += 1
     if run_start >= 0:
         parts.append(_full_digits(run_start, d - 1, width, base))
-    return parts[0] if len(parts) == 1 else Choice(tuple(parts))
+    return parts[0] if len(parts) == 1 else CHOICE(tuple(parts))
 
 
 def _full_digits(first: int, last: int, width: int, base: int) -> Expr:
@@ -264,16 +260,16 @@ def _digit_then(head: Expr, tail: Expr) -> Expr:
     """``seq(head, tail)`` for a digit and a digit tree (literal digits merged, as seq
     would), without seq's general flattening loop."""
     kind = type(tail)
-    if kind is Seq:
+    if kind is SEQ:
         first = tail.items[0]  # type: ignore[attr-defined]
-        if type(head) is Literal and type(first) is Literal:
-            return Seq((Literal(head.data + first.data),) + tail.items[1:])  # type: ignore
-        return Seq((head,) + tail.items)  # type: ignore[attr-defined]
-    if kind is Literal and type(head) is Literal:
-        return Literal(head.data + tail.data)  # type: ignore[attr-defined]
+        if type(head) is LITERAL and type(first) is LITERAL:
+            return SEQ((LITERAL(head.data + first.data),) + tail.items[1:])  # type: ignore
+        return SEQ((head,) + tail.items)  # type: ignore[attr-defined]
+    if kind is LITERAL and type(head) is LITERAL:
+        return LITERAL(head.data + tail.data)  # type: ignore[attr-defined]
     if tail is EMPTY:
         return head
-    return Seq((head, tail))
+    return SEQ((head, tail))
 
 
 # ----------------------------------------------------------------------------- characters
@@ -321,17 +317,17 @@ def _distinct_choice(items: list[Expr]) -> Expr:
     building them."""
     flat: list[Expr] = []
     for item in items:
-        if type(item) is Choice:
+        if type(item) is CHOICE:
             flat.extend(item.items)  # type: ignore[attr-defined]
         else:
             flat.append(item)
-    return flat[0] if len(flat) == 1 else Choice(tuple(flat))
+    return flat[0] if len(flat) == 1 else CHOICE(tuple(flat))
 
 
 def _single_char(ranges: Ranges) -> Expr:
     if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
         return lit(chr(ranges[0][0]))
-    return CharSet(ranges)
+    return CHAR_SET(ranges)
 
 
 def _surrogate_pairs(ranges: Ranges) -> Expr:
@@ -361,9 +357,9 @@ def _pair(h1: int, h2: int, l1: int, l2: int) -> Expr:
 
 
 # Every surrogate pair (most negated classes include all of them), made once at import.
-_ALL_PAIRS: Expr = _surrogate_pairs(ASTRAL)
-U_ALL: Expr = seq(lit("u"), choice(hex4_ranges(U_ESCAPED), _ALL_PAIRS))
-ANY_CHAR_FORMS: Expr = char_forms(ANY_CODEPOINT)
+_ALL_PAIRS: Final[Expr] = _surrogate_pairs(ASTRAL)
+U_ALL: Final[Expr] = seq(lit("u"), choice(hex4_ranges(U_ESCAPED), _ALL_PAIRS))
+ANY_CHAR_FORMS: Final[Expr] = char_forms(ANY_CODEPOINT)
 
 
 @lru_cache(maxsize=4096)
@@ -372,8 +368,8 @@ def char_forms_cached(ranges: Ranges, u_all: Expr | None = None) -> Expr:
     return char_forms(ranges, u_all)
 
 
-_PLAIN_RUN = re.compile(r'[ !#-.0-\[\]-~]+')  # printable ASCII but quote, backslash, slash
-_PLAIN_RUNS = re.compile(r'[ !#-.0-\[\]-~]+(?:\x00[ !#-.0-\[\]-~]+)*')  # of them, NUL-joined
+_PLAIN_RUN: Final = re.compile(r'[ !#-.0-\[\]-~]+')  # printable ASCII but quote, backslash, slash
+_PLAIN_RUNS: Final = re.compile(r'[ !#-.0-\[\]-~]+(?:\x00[ !#-.0-\[\]-~]+)*')  # of them, NUL-joined
 
 
 def string_content(text: str) -> Expr:
@@ -382,7 +378,7 @@ def string_content(text: str) -> Expr:
     pos = 0
     for run in _PLAIN_RUN.finditer(text):
         parts += [_char_spellings(c) for c in text[pos:run.start()]]
-        parts.append(Literal(run.group().encode("ascii")))
+        parts.append(LITERAL(run.group().encode("ascii")))
         pos = run.end()
     parts += [_char_spellings(c) for c in text[pos:]]
     return seq(*parts)
@@ -404,7 +400,7 @@ def is_plain(text: str) -> bool:
 def string_literal(text: str) -> Expr:
     """The JSON string ``text``, quotes included."""
     if _PLAIN_RUN.fullmatch(text):
-        return Literal(b'"' + text.encode("ascii") + b'"')
+        return LITERAL(b'"' + text.encode("ascii") + b'"')
     return seq(QUOTE, string_content(text), QUOTE)
 
 
@@ -416,11 +412,11 @@ def string_union(texts: list[str]) -> Expr:
     if len(texts) > 1 and _PLAIN_RUNS.fullmatch("\x00".join(texts)):
         # All plain (the common case): quote and encode them in one go.
         spelled = ('"' + '"\x00"'.join(texts) + '"').encode("ascii").split(b"\x00")
-        return Choice(tuple(map(Literal, spelled)))
+        return CHOICE(tuple(map(Literal, spelled)))
     plain = _PLAIN_RUN.fullmatch
-    alts = tuple(Literal(b'"' + t.encode("ascii") + b'"') if plain(t) else string_literal(t)
+    alts = tuple(LITERAL(b'"' + t.encode("ascii") + b'"') if plain(t) else string_literal(t)
                  for t in texts)
-    return alts[0] if len(alts) == 1 else Choice(alts)
+    return alts[0] if len(alts) == 1 else CHOICE(alts)
 
 
 # ----------------------------------------------------------------------------- numbers

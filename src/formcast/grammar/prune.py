@@ -14,29 +14,20 @@ node: a step only rebuilds the paths that lead to the inlined reference.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 from formcast.grammar.cache import Memo
-from formcast.grammar.ir import (
-    ByteSet,
-    CharSet,
-    Choice,
-    Expr,
-    Literal,
-    Ref,
-    Repeat,
-    Seq,
-    repeat,
-    seq,
-)
+from formcast.grammar.ir import ByteSet, CharSet, Expr, Literal, repeat, seq
+from formcast.grammar.ir_kinds import CHOICE, LITERAL, REF, REPEAT, SEQ
 from formcast.grammar.json_text import MemoUnion
 
-PRIMITIVES = frozenset({"ws", "string", "number", "integer", "char", "unicode-escape", "value",
+PRIMITIVES: Final = frozenset({"ws", "string", "number", "integer", "char", "unicode-escape", "value",
                         "object", "array"})
-_NO_REFS: Mapping[str, int] = {}
-_LEAVES = frozenset({Literal, CharSet, ByteSet})  # no references, rebuilt as themselves
-SHARED_BODY_NODES = 500
+_NO_REFS: Final[Mapping[str, int]] = {}
+_LEAVES: Final = frozenset({Literal, CharSet, ByteSet})  # no references, rebuilt as themselves
+SHARED_BODY_NODES: Final = 500
 # id(body) -> (body, refs) for large rule bodies; holding the body keeps its id its own
-_SHARED_BODY_REFS = Memo(64)
+_SHARED_BODY_REFS: Final = Memo(64)
 
 
 def prune_rules(rules: Mapping[str, Expr], keep: set[str]) -> dict[str, Expr]:
@@ -67,7 +58,7 @@ class _Pruner:
         while True:
             candidates = sorted(
                 name for name, n in counts.items()
-                if n > 0 and (n == 1 or isinstance(rules[name], Ref | Literal)
+                if n > 0 and (n == 1 or isinstance(rules[name], REF | LITERAL)
                               and name not in self.keep)
                 and self._may_inline(name))
             picks = self._next_picks(candidates, rules, counts, recursive)
@@ -190,16 +181,16 @@ class _Pruner:
         got = self._refs.get(id(expr))
         if got is not None:
             return got[1]
-        if isinstance(expr, Ref):
+        if isinstance(expr, REF):
             out: Mapping[str, int] = {expr.name: 1}
-        elif isinstance(expr, Seq | Choice):
+        elif isinstance(expr, SEQ | CHOICE):
             merged: dict[str, int] = {}
             for item in expr.items:
                 if type(item) not in _LEAVES:
                     for k, n in self.refs(item).items():
                         merged[k] = merged.get(k, 0) + n
             out = merged or _NO_REFS
-        elif isinstance(expr, Repeat):
+        elif isinstance(expr, REPEAT):
             out = self.refs(expr.item)
         else:
             out = _NO_REFS
@@ -207,17 +198,17 @@ class _Pruner:
         return out
 
     def _drops_subtrees(self, expr: Expr) -> bool:
-        """Whether ``expr`` holds an impossible part (``Choice(())``) or a repetition of at
+        """Whether ``expr`` holds an impossible part (``CHOICE(())``) or a repetition of at
         most zero, which the IR constructors drop together with their surroundings."""
         if type(expr) in _LEAVES:
             return False
         got = self._drops.get(id(expr))
         if got is not None:
             return got[1]
-        if isinstance(expr, Seq | Choice):
-            out = not expr.items if isinstance(expr, Choice) else False
+        if isinstance(expr, SEQ | CHOICE):
+            out = not expr.items if isinstance(expr, CHOICE) else False
             out = out or any(self._drops_subtrees(x) for x in expr.items)
-        elif isinstance(expr, Repeat):
+        elif isinstance(expr, REPEAT):
             out = expr.max == 0 or self._drops_subtrees(expr.item)
         else:
             out = False
@@ -254,10 +245,10 @@ class _Pruner:
         got = self._normal.get(id(expr))
         if got is not None:
             return got[1]
-        if isinstance(expr, Seq | Choice):
+        if isinstance(expr, SEQ | CHOICE):
             items = [self._normalised(x) for x in expr.items]
-            out = seq(*items) if isinstance(expr, Seq) else self._union(items)
-        elif isinstance(expr, Repeat):
+            out = seq(*items) if isinstance(expr, SEQ) else self._union(items)
+        elif isinstance(expr, REPEAT):
             out = repeat(self._normalised(expr.item), expr.min, expr.max)
         else:
             out = expr
@@ -275,14 +266,14 @@ class _Pruner:
         got = memo.get(id(expr))
         if got is not None:
             return got[1]
-        if isinstance(expr, Ref):
+        if isinstance(expr, REF):
             out = bodies[expr.name]
-        elif isinstance(expr, Seq):
+        elif isinstance(expr, SEQ):
             out = seq(*(self._substitute(x, bodies, memo) for x in expr.items))
-        elif isinstance(expr, Choice):
+        elif isinstance(expr, CHOICE):
             out = self._union([self._substitute(x, bodies, memo) for x in expr.items])
         else:
-            assert isinstance(expr, Repeat)
+            assert isinstance(expr, REPEAT)
             out = repeat(self._substitute(expr.item, bodies, memo), expr.min, expr.max)
         memo[id(expr)] = (expr, out)
         return out

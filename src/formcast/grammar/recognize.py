@@ -18,18 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 
-from formcast.grammar.ir import (
-    ByteSet,
-    CharSet,
-    Choice,
-    Expr,
-    Grammar,
-    Literal,
-    Ref,
-    Repeat,
-    Seq,
-    utf8_byte_sequences,
-)
+from formcast.grammar.ir import Expr, Grammar, utf8_byte_sequences
+from formcast.grammar.ir_kinds import BYTE_SET, CHAR_SET, CHOICE, LITERAL, REF, REPEAT, SEQ
 
 __all__ = ["recognizes"]
 
@@ -95,13 +85,13 @@ class _Builder:
 
     def symbols(self, expr: Expr) -> tuple[int, ...]:
         """The symbol string that derives exactly the strings of ``expr``."""
-        if isinstance(expr, Literal):
+        if isinstance(expr, LITERAL):
             return tuple(self.terminal([(b, b)]) for b in expr.data)
-        if isinstance(expr, ByteSet):
+        if isinstance(expr, BYTE_SET):
             return (self.terminal(expr.ranges),)
-        if isinstance(expr, Seq):
+        if isinstance(expr, SEQ):
             return tuple(s for item in expr.items for s in self.symbols(item))
-        if isinstance(expr, Ref):
+        if isinstance(expr, REF):
             return (self.rule(expr.name),)
         return (self.expr_nonterminal(expr),)
 
@@ -109,14 +99,14 @@ class _Builder:
         if expr in self._expr_ids:
             return self._expr_ids[expr]
         nt = self._expr_ids[expr] = self.nonterminal()
-        if isinstance(expr, Choice):
+        if isinstance(expr, CHOICE):
             for item in expr.items:
                 self.prods.append((nt, self.symbols(item)))
-        elif isinstance(expr, CharSet):
+        elif isinstance(expr, CHAR_SET):
             for lo, hi in expr.codepoint_ranges():
                 for byte_ranges in utf8_byte_sequences(lo, hi):
                     self.prods.append((nt, tuple(self.terminal([r]) for r in byte_ranges)))
-        elif isinstance(expr, Repeat):
+        elif isinstance(expr, REPEAT):
             once = self.symbols(expr.item)
             required = once * expr.min
             if expr.max is None:  # tail -> tail item | ε   (left recursion suits Earley)

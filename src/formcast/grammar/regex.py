@@ -21,18 +21,12 @@ Schema patterns written inside JSON often spell astral characters that way.
 
 from __future__ import annotations
 
+from typing import Final
+
 from formcast.errors import RegexSyntaxError, UnsupportedRegexError
 from formcast.grammar.ir import (
-    EMPTY,
     MAX_CODEPOINT,
-    NOTHING,
-    ByteSet,
-    CharSet,
-    Choice,
     Expr,
-    Literal,
-    Repeat,
-    Seq,
     chars,
     choice,
     complement_ranges,
@@ -43,28 +37,38 @@ from formcast.grammar.ir import (
     seq,
     star,
 )
+from formcast.grammar.ir_kinds import (
+    BYTE_SET,
+    CHAR_SET,
+    CHOICE,
+    EMPTY,
+    LITERAL,
+    NOTHING,
+    REPEAT,
+    SEQ,
+)
 
 __all__ = ["regex_to_expr", "nullable", "DIGIT", "WORD", "SPACE", "DOT", "ANY_CHAR"]
 
 Ranges = tuple[tuple[int, int], ...]
 
-DIGIT: Ranges = ((0x30, 0x39),)
-WORD: Ranges = merge_ranges([(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)])
-SPACE: Ranges = merge_ranges([
+DIGIT: Final[Ranges] = ((0x30, 0x39),)
+WORD: Final[Ranges] = merge_ranges([(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)])
+SPACE: Final[Ranges] = merge_ranges([
     (0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
     (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF),
 ])
-LINE_TERMINATORS: Ranges = ((0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029))
-DOT = CharSet(LINE_TERMINATORS, negated=True)
-ANY_CHAR = CharSet(((0, MAX_CODEPOINT),))
+LINE_TERMINATORS: Final[Ranges] = ((0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029))
+DOT: Final = CHAR_SET(LINE_TERMINATORS, negated=True)
+ANY_CHAR: Final = CHAR_SET(((0, MAX_CODEPOINT),))
 
-_CLASS_ESCAPES: dict[str, tuple[Ranges, bool]] = {
+_CLASS_ESCAPES: Final[dict[str, tuple[Ranges, bool]]] = {
     "d": (DIGIT, False), "D": (DIGIT, True),
     "w": (WORD, False), "W": (WORD, True),
     "s": (SPACE, False), "S": (SPACE, True),
 }
-_CONTROL_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
-_SYNTAX_CHARS = set("^$\\.*+?()[]{}|/-")
+_CONTROL_ESCAPES: Final = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
+_SYNTAX_CHARS: Final = set("^$\\.*+?()[]{}|/-")
 
 
 def regex_to_expr(pattern: str, *, search: bool = False) -> Expr:
@@ -89,15 +93,15 @@ def regex_to_expr(pattern: str, *, search: bool = False) -> Expr:
 
 def nullable(expr: Expr) -> bool:
     """Whether ``expr`` (without rule references) matches the empty string."""
-    if isinstance(expr, Literal):
+    if isinstance(expr, LITERAL):
         return not expr.data
-    if isinstance(expr, ByteSet | CharSet):
+    if isinstance(expr, BYTE_SET | CHAR_SET):
         return False
-    if isinstance(expr, Seq):
+    if isinstance(expr, SEQ):
         return all(nullable(e) for e in expr.items)
-    if isinstance(expr, Choice):
+    if isinstance(expr, CHOICE):
         return any(nullable(e) for e in expr.items)
-    if isinstance(expr, Repeat):
+    if isinstance(expr, REPEAT):
         return expr.min == 0 or nullable(expr.item)
     raise TypeError(f"nullable() does not follow rule references: {expr!r}")
 
@@ -107,8 +111,8 @@ def nullable(expr: Expr) -> bool:
 # fragment is only legal where everything before (after) it matched nothing, and the splitting
 # lets sequences check that while keeping the IR free of assertions.
 Variants = dict[tuple[bool, bool], Expr]
-_PLAIN_KEY = (False, False)  # the key of strings that rely on no anchor
-_QUANTIFIER_BOUNDS: dict[str, tuple[int, int | None]] = {"*": (0, None), "+": (1, None),
+_PLAIN_KEY: Final = (False, False)  # the key of strings that rely on no anchor
+_QUANTIFIER_BOUNDS: Final[dict[str, tuple[int, int | None]]] = {"*": (0, None), "+": (1, None),
                                                         "?": (0, 1)}
 
 
@@ -329,7 +333,7 @@ class _Parser:
         if c in _CLASS_ESCAPES:
             self.pos += 1
             ranges, negated = _CLASS_ESCAPES[c]
-            return CharSet(ranges, negated)
+            return CHAR_SET(ranges, negated)
         if c in "bB":
             raise self._unsupported(f"word-boundary assertion '\\{c}' is not supported", start)
         if c in "123456789" or self._startswith("k<"):
@@ -419,7 +423,7 @@ class _Parser:
             code = merged[0][0]
             if not 0xD800 <= code <= 0xDFFF:
                 return lit(chr(code))
-        cs = CharSet(merged, negated)  # merged and checked already: not through chars()
+        cs = CHAR_SET(merged, negated)  # merged and checked already: not through chars()
         return cs if cs.codepoint_ranges() else NOTHING
 
     def _class_ranges(self) -> tuple[Ranges, bool]:
