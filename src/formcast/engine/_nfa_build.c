@@ -164,12 +164,18 @@ typedef struct {
     uint64_t w[COMPACT_WORDS];
 } FragSet;
 
-static int fragset_empty(const FragSet *s) {
-    return !(s->w[0] | s->w[1] | s->w[2] | s->w[3]);
+/* Sets are compared and merged over their first `nw` words only: a fragment of n states
+ * uses ceil(n / 64) of them (one for a JSON string character), the rest stay zero. */
+static int fragset_empty(const FragSet *s, int nw) {
+    uint64_t any = 0;
+    for (int w = 0; w < nw; w++) any |= s->w[w];
+    return !any;
 }
 
-static int fragset_eq(const FragSet *a, const FragSet *b) {
-    return memcmp(a->w, b->w, sizeof(a->w)) == 0;
+static int fragset_eq(const FragSet *a, const FragSet *b, int nw) {
+    for (int w = 0; w < nw; w++)
+        if (a->w[w] != b->w[w]) return 0;
+    return 1;
 }
 
 /* The fragment's epsilon closures; 0, or 1 when an edge leaves the fragment, -1 on error. */
@@ -301,7 +307,7 @@ fail:
 
 /* The moves of DFA state `set` per byte class: moves[c] = union of the closures the bytes
  * of class c reach. 0, 1 when an edge leaves the fragment. */
-static int fragment_moves(const FragEdges *f, Py_ssize_t n, const FragSet *clo,
+static int fragment_moves(const FragEdges *f, Py_ssize_t n, int nw, const FragSet *clo,
                           const FragSet *set, FragSet *moves) {
     memset(moves, 0, sizeof(FragSet) * (size_t)f->n_cls);
     for (Py_ssize_t x = 0; x < n; x++) {
@@ -310,7 +316,7 @@ static int fragment_moves(const FragEdges *f, Py_ssize_t n, const FragSet *clo,
             if (f->to[k] < 0) return 1;
             const FragSet *to = &clo[f->to[k]];
             for (int c = f->lo_cls[k]; c <= f->hi_cls[k]; c++)
-                for (int w = 0; w < COMPACT_WORDS; w++) moves[c].w[w] |= to->w[w];
+                for (int w = 0; w < nw; w++) moves[c].w[w] |= to->w[w];
         }
     }
     return 0;
@@ -319,34 +325,41 @@ static int fragment_moves(const FragEdges *f, Py_ssize_t n, const FragSet *clo,
 /* The DFA state `set` is, interned among `*count` (appended when new); -1 when the DFA
  * would reach `cap` states. */
 static Py_ssize_t fragment_intern(FragSet *states, Py_ssize_t *count, Py_ssize_t cap,
-                                  const FragSet *set) {
+                                  int nw, const FragSet *set) {
     for (Py_ssize_t i = 0; i < *count; i++)
-        if (fragset_eq(&states[i], set)) return i;
+        if (fragset_eq(&states[i], set, nw)) return i;
     if (*count + 1 >= cap) return -1;
     states[*count] = *set;
     return (*count)++;
 }
 
+static PyObject *list_of_offset(Py_ssize_t offset);
+static int raise_too_large(void);
+
 /* Rows by class give the same edges as rows by byte: bytes of a class move alike, so a
- * maximal run of classes with equal moves is a maximal run of bytes with equal moves. */
-static PyObject *compact_rows(const FragEdges *f, Py_ssize_t n, Py_ssize_t exit_at,
-                              const FragSet *clo, FragSet *states, FragSet *moves) {
-    PyObject *rows = PyList_New(0), *exits = PyList_New(0);
-    if (!rows || !exits) goto fail;
+ * maximal run of classes with equal moves is a maximal run of bytes with equal moves.
+ * Returns the rows (a new list: row k lists DFA state k's edges as (lo, hi, target - k)),
+ * with *count their number and exits[k] whether state k holds the exit; Py_None (new
+ * reference) when the DFA is not smaller or an edge leaves the fragment; NULL on error. */
+static PyObject *compact_rows(const FragEdges *f, Py_ssize_t n, int nw, Py_ssize_t exit_at,
+                              const FragSet *clo, FragSet *states, FragSet *moves,
+                              char *exits, Py_ssize_t *count_out) {
+    PyObject *rows = PyList_New(0);
+    if (!rows) return NULL;
     Py_ssize_t count = 1;
     states[0] = clo[0];
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (fragment_moves(f, n, clo, &states[i], moves) > 0) goto not_smaller;
+        if (fragment_moves(f, n, nw, clo, &states[i], moves) > 0) goto not_smaller;
         PyObject *row = PyList_New(0);
         if (!row) goto fail;
         for (int c = 0; c < f->n_cls;) {
-            if (fragset_empty(&moves[c])) {
+            if (fragset_empty(&moves[c], nw)) {
                 c++;
                 continue;
             }
             int e = c;
-            while (e + 1 < f->n_cls && fragset_eq(&moves[e + 1], &moves[c])) e++;
-            Py_ssize_t t = fragment_intern(states, &count, n, &moves[c]);
+            while (e + 1 < f->n_cls && fragset_eq(&moves[e + 1], &moves[c], nw)) e++;
+            Py_ssize_t t = fragment_intern(states, &count, n, nw, &moves[c]);
             if (t < 0) {
                 Py_DECREF(row);
                 goto not_smaller;
@@ -363,56 +376,107 @@ static PyObject *compact_rows(const FragEdges *f, Py_ssize_t n, Py_ssize_t exit_
         int bad = PyList_Append(rows, row);
         Py_DECREF(row);
         if (bad < 0) goto fail;
-        PyObject *flag = (states[i].w[exit_at >> 6] & ((uint64_t)1 << (exit_at & 63)))
-                             ? Py_True : Py_False;
-        if (PyList_Append(exits, flag) < 0) goto fail;
+        exits[i] = (states[i].w[exit_at >> 6] >> (exit_at & 63)) & 1;
     }
-    PyObject *out = PyTuple_Pack(2, rows, exits);
-    Py_DECREF(rows);
-    Py_DECREF(exits);
-    return out;
+    *count_out = count;
+    return rows;
 not_smaller:
     Py_DECREF(rows);
-    Py_DECREF(exits);
     Py_RETURN_NONE;
 fail:
-    Py_XDECREF(rows);
-    Py_XDECREF(exits);
+    Py_DECREF(rows);
     return NULL;
 }
 
-static PyObject *compact(PyObject *self, PyObject *args) {
+/* Replace the NFA's states [first, len) by the rows of their DFA: the rows keep `first`,
+ * a state holding the old exit gets an epsilon edge to a new exit, the last state. */
+static int splice_rows(PyObject *eps, PyObject *byte_edges, PyObject *call_edges,
+                       Py_ssize_t first, Py_ssize_t stop, PyObject *rows, const char *exits,
+                       Py_ssize_t n) {
+    PyObject *eps_rows = PyList_New(n + 1), *call_rows = PyList_New(n + 1);
+    int bad = !eps_rows || !call_rows;
+    for (Py_ssize_t k = 0; !bad && k <= n; k++) {
+        PyObject *to_exit = (k < n && exits[k]) ? list_of_offset(n - k) : PyList_New(0);
+        PyObject *no_calls = PyList_New(0);
+        if (!to_exit || !no_calls) {
+            Py_XDECREF(to_exit);
+            Py_XDECREF(no_calls);
+            bad = 1;
+            break;
+        }
+        PyList_SET_ITEM(eps_rows, k, to_exit);
+        PyList_SET_ITEM(call_rows, k, no_calls);
+    }
+    PyObject *exit_row = bad ? NULL : PyList_New(0);
+    bad = bad || !exit_row || PyList_Append(rows, exit_row) < 0;
+    Py_XDECREF(exit_row);
+    bad = bad || PyList_SetSlice(eps, first, stop, eps_rows) < 0 ||
+          PyList_SetSlice(byte_edges, first, stop, rows) < 0 ||
+          PyList_SetSlice(call_edges, first, stop, call_rows) < 0;
+    Py_XDECREF(eps_rows);
+    Py_XDECREF(call_rows);
+    return bad ? -1 : 0;
+}
+
+/* compact_in_place(eps, byte_edges, call_edges, first, exit, max_states) -> new exit | None:
+ * the subset construction of the byte-only NFA fragment [first, len(eps)) (a lazily
+ * repeated item, see nfa._Builder._compact_fragment), put in place of the fragment when
+ * its DFA has fewer states; None (the NFA untouched) otherwise, or when a state of the
+ * fragment calls a rule or an edge leaves it. States are numbered in the order the Python
+ * version meets them (breadth first, targets by ascending byte), so both build the same
+ * NFA. At most 64 * COMPACT_WORDS fragment states. */
+static PyObject *compact_in_place(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *eps, *byte_edges;
-    Py_ssize_t first, stop, exit_;
-    if (!PyArg_ParseTuple(args, "O!O!nnn", &PyList_Type, &eps, &PyList_Type, &byte_edges,
-                          &first, &stop, &exit_))
+    PyObject *eps, *byte_edges, *call_edges;
+    Py_ssize_t first, exit_, max_states;
+    if (!PyArg_ParseTuple(args, "O!O!O!nnn", &PyList_Type, &eps, &PyList_Type, &byte_edges,
+                          &PyList_Type, &call_edges, &first, &exit_, &max_states))
         return NULL;
+    Py_ssize_t stop = PyList_GET_SIZE(eps);
     Py_ssize_t n = stop - first;
     if (first < 0 || n <= 1 || n > 64 * COMPACT_WORDS || exit_ < first || exit_ >= stop ||
-        stop > PyList_GET_SIZE(eps) || stop > PyList_GET_SIZE(byte_edges))
+        stop != PyList_GET_SIZE(byte_edges) || stop != PyList_GET_SIZE(call_edges))
         Py_RETURN_NONE;
-    FragSet *clo = malloc(sizeof(FragSet) * (size_t)n);
-    FragSet *states = malloc(sizeof(FragSet) * (size_t)n);
+    for (Py_ssize_t x = first; x < stop; x++) {
+        PyObject *calls = PyList_GET_ITEM(call_edges, x);
+        Py_ssize_t k = PyObject_Length(calls);
+        if (k < 0) return NULL;
+        if (k) Py_RETURN_NONE;
+    }
+    int nw = (int)((n + 63) / 64);
+    FragSet *clo = calloc((size_t)n, sizeof(FragSet));
+    FragSet *states = calloc((size_t)n, sizeof(FragSet));
     FragSet *moves = malloc(sizeof(FragSet) * 256);
+    char *exits = malloc((size_t)n);
     FragEdges edges = {0};
     PyObject *out = NULL;
-    if (!clo || !states || !moves) {
+    if (!clo || !states || !moves || !exits) {
         PyErr_NoMemory();
     } else {
         int got = fragment_closures(eps, first, n, clo);
-        if (got == 0) {
-            if (frag_edges_read(byte_edges, first, n, &edges) == 0)
-                out = compact_rows(&edges, n, exit_ - first, clo, states, moves);
-        } else if (got > 0) {
+        PyObject *rows = NULL;
+        Py_ssize_t count = 0;
+        if (got == 0 && frag_edges_read(byte_edges, first, n, &edges) == 0)
+            rows = compact_rows(&edges, n, nw, exit_ - first, clo, states, moves, exits,
+                                &count);
+        if (got > 0 || rows == Py_None) {
+            Py_XDECREF(rows);
             Py_INCREF(Py_None);
             out = Py_None;
+        } else if (rows) {
+            if (first + count + 1 > max_states)
+                raise_too_large();
+            else if (splice_rows(eps, byte_edges, call_edges, first, stop, rows, exits,
+                                 count) == 0)
+                out = PyLong_FromSsize_t(first + count);
+            Py_DECREF(rows);
         }
     }
     frag_edges_free(&edges);
     free(clo);
     free(states);
     free(moves);
+    free(exits);
     return out;
 }
 
@@ -2766,9 +2830,9 @@ static PyMethodDef methods[] = {
      "expr_size(builder, lazy_repeat_min, expr, path) -> _Builder._expr_size"},
     {"utf8_paths", utf8_paths_of, METH_VARARGS,
      "utf8_paths(ranges, negated) -> a character set's UTF-8 byte-range paths"},
-    {"compact", compact, METH_VARARGS,
-     "compact(eps, byte_edges, first, stop, exit) -> (rows, exits) | None: a byte-only "
-     "fragment's subset construction, when smaller"},
+    {"compact_in_place", compact_in_place, METH_VARARGS,
+     "compact_in_place(eps, byte_edges, call_edges, first, exit, max_states) -> new exit | "
+     "None: a byte-only fragment replaced by its subset construction, when smaller"},
     {"follow_sets", follow_sets, METH_VARARGS,
      "follow_sets(eps, byte_edges, call_edges, live, starts, ends, index, lazy) -> bytes: "
      "engine.follow.follow_bytes in C, 32 bytes of bits a call rule"},
