@@ -907,12 +907,18 @@ static Py_ssize_t codepoint_spans(PyObject *ranges, int negated, Span **out) {
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (!PyArg_ParseTuple(items[i], "ll", &v[i].lo, &v[i].hi)) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *lo, *hi;
+        if (pair_items(items[i], &lo, &hi) == 0) {
+            v[i].lo = PyLong_AsLong(lo);
+            v[i].hi = PyLong_AsLong(hi);
+        }
+        if (PyErr_Occurred()) {
             free(v);
             free(w);
             return -1;
         }
+    }
     Py_ssize_t m = merge_spans(v, n);
     if (negated) { /* ir.complement_ranges over [0, MAX_CODEPOINT] */
         Py_ssize_t k = 0;
