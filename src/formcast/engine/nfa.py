@@ -1022,7 +1022,8 @@ class _Builder:
 
         A lazily repeated item is copied once per repetition reached, so its size matters:
         a JSON string character with every escape spelled exactly is 54 NFA states but
-        37 DFA states (a 380-character string's cold masks: 15% faster). Only plain byte fragments qualify (no rule calls, no inner lazy
+        37 DFA states (the cold masks of a 380-character string: 37.3 ms uncompacted,
+        32.4 ms compacted). Only plain byte fragments qualify (no rule calls, no inner lazy
         repetitions); ``first`` keeps its id, the exit becomes the last state.
         """
         nfa = self.nfa
