@@ -1590,11 +1590,10 @@ static PyObject *core_n_states(Core *c, void *closure) {
 /* paste(eps, byte_edges, call_edges, edges, exit_offset): append a copy of snapshotted NFA
  * states, replacing the last state (the copy's entry, allocated by the caller). `edges` holds
  * one (eps, byte edges, call edges) triple of frozen containers a state; edges are relative,
- * so the copy shares them, except at its first state and its exit (edges[exit_offset]),
- * which get lists of their own, the exit's without epsilon edges. */
+ * so the copy shares them (a later edge replaces the shared tuple of its one state), but for
+ * the epsilon edges of its exit (edges[exit_offset]): it has none. */
 /* Append copies of snapshotted states (edges: a list of (eps, byte edges, call edges)) to
- * the NFA lists outs: the first and the exit get fresh lists (the exit without its epsilon
- * edges), the others share the snapshot's containers. */
+ * the NFA lists outs, sharing the snapshot's containers; the exit has no epsilon edges. */
 static int append_copy(PyObject *outs[3], PyObject *edges, long exit_offset) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(edges); i++) {
         PyObject *item = PyList_GET_ITEM(edges, i);
@@ -1604,10 +1603,7 @@ static int append_copy(PyObject *outs[3], PyObject *edges, long exit_offset) {
         }
         PyObject *srcs[3] = {PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1),
                              PyTuple_GET_ITEM(item, 2)};
-        if (i == 0 || i == exit_offset) {
-            if (paste_fresh(outs, srcs, i == exit_offset) < 0) return -1;
-            continue;
-        }
+        if (i == exit_offset) srcs[0] = empty_edges();
         for (int k = 0; k < 3; k++)
             if (PyList_Append(outs[k], srcs[k]) < 0) return -1;
     }

@@ -396,8 +396,9 @@ static int splice_rows(PyObject *eps, PyObject *byte_edges, PyObject *call_edges
     PyObject *eps_rows = PyList_New(n + 1), *call_rows = PyList_New(n + 1);
     int bad = !eps_rows || !call_rows;
     for (Py_ssize_t k = 0; !bad && k <= n; k++) {
-        PyObject *to_exit = (k < n && exits[k]) ? list_of_offset(n - k) : PyList_New(0);
-        PyObject *no_calls = PyList_New(0);
+        PyObject *to_exit = (k < n && exits[k]) ? list_of_offset(n - k)
+                                                : Py_NewRef(empty_edges());
+        PyObject *no_calls = Py_NewRef(empty_edges());
         if (!to_exit || !no_calls) {
             Py_XDECREF(to_exit);
             Py_XDECREF(no_calls);
@@ -407,7 +408,7 @@ static int splice_rows(PyObject *eps, PyObject *byte_edges, PyObject *call_edges
         PyList_SET_ITEM(eps_rows, k, to_exit);
         PyList_SET_ITEM(call_rows, k, no_calls);
     }
-    PyObject *exit_row = bad ? NULL : PyList_New(0);
+    PyObject *exit_row = bad ? NULL : Py_NewRef(empty_edges());
     bad = bad || !exit_row || PyList_Append(rows, exit_row) < 0;
     Py_XDECREF(exit_row);
     bad = bad || PyList_SetSlice(eps, first, stop, eps_rows) < 0 ||
@@ -480,15 +481,12 @@ static PyObject *compact_in_place(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* Append the edge tuple (lo, hi, offset) to the list `edges`. */
-static int append_byte_edge(PyObject *edges, long lo, long hi, Py_ssize_t offset) {
-    if (!PyList_Check(edges)) {
-        PyErr_SetString(PyExc_TypeError, "literal_trie: a trie node's byte edges are a list");
-        return -1;
-    }
+/* Add the edge tuple (lo, hi, offset) to state x's byte edges in `byte_edges`. */
+static int append_byte_edge(PyObject *byte_edges, Py_ssize_t x, long lo, long hi,
+                            Py_ssize_t offset) {
     PyObject *edge = edge_ll(lo, hi, offset);
     if (!edge) return -1;
-    int bad = PyList_Append(edges, edge);
+    int bad = edges_add(byte_edges, x, edge);
     Py_DECREF(edge);
     return bad;
 }
@@ -562,7 +560,7 @@ static PyObject *trie_into(PyObject *eps, PyObject *byte_edges, PyObject *call_e
         if (n == 0) {
             PyObject *offset = PyLong_FromSsize_t(end - start);
             int has = offset ? PySequence_Contains(PyList_GET_ITEM(eps, start), offset) : -1;
-            int bad = has < 0 || (!has && PyList_Append(PyList_GET_ITEM(eps, start), offset) < 0);
+            int bad = has < 0 || (!has && edges_add(eps, start, offset) < 0);
             Py_XDECREF(offset);
             if (bad) goto fail;
             continue;
@@ -571,14 +569,14 @@ static PyObject *trie_into(PyObject *eps, PyObject *byte_edges, PyObject *call_e
         while (k < limit && prev[k] == data[k]) k++;
         path.n = k + 1;
         Py_ssize_t node = path.v[k], first = PyList_GET_SIZE(eps);
-        if (append_byte_edge(PyList_GET_ITEM(byte_edges, node), data[k], data[k], first - node) < 0)
+        if (append_byte_edge(byte_edges, node, data[k], data[k], first - node) < 0)
             goto fail;
         for (Py_ssize_t j = k; j < n; j++) {
             Py_ssize_t x = first + (j - k);
             PyObject *e, *b;
             if (j == n - 1) {
                 e = list_of_offset(end - x);
-                b = PyList_New(0);
+                b = Py_NewRef(empty_edges());
             } else {
                 Py_INCREF(no_edges);
                 e = no_edges;
@@ -614,13 +612,27 @@ static PyObject *literal_trie(PyObject *self, PyObject *args) {
 
 /* ------------------------------------------------------------------ repetition records */
 
-/* A tuple with the items of an edge container (itself when it is one already). */
-static PyObject *as_tuple(PyObject *container) {
-    if (PyTuple_CheckExact(container)) return Py_NewRef(container);
-    return PySequence_Tuple(container);
+/* add_edge(containers, x, edge): nfa.add_edge, the new list untracked (edges_add). */
+static PyObject *add_edge_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "add_edge(containers: list, x, edge)");
+        return NULL;
+    }
+    Py_ssize_t x = PyLong_AsSsize_t(args[1]);
+    if (x == -1 && PyErr_Occurred()) return NULL;
+    if (x < 0 || x >= PyList_GET_SIZE(args[0])) {
+        PyErr_SetString(PyExc_IndexError, "add_edge: no such state");
+        return NULL;
+    }
+    if (edges_add(args[0], x, args[2]) < 0) return NULL;
+    Py_RETURN_NONE;
 }
 
-/* frozen_range(eps, byte_edges, call_edges, first, stop, exit): nfa._frozen_range. */
+/* frozen_range(eps, byte_edges, call_edges, first, stop, exit): nfa._frozen_range, with the
+ * containers untracked (frozen): pasted copies share them, and a state that gains an edge
+ * later leaves its tuple to the snapshot alone, out of reach of the determiniser's untrack
+ * pass over the NFA. */
 static PyObject *frozen_range(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *lists[3];
@@ -638,15 +650,18 @@ static PyObject *frozen_range(PyObject *self, PyObject *args) {
     for (Py_ssize_t x = first; x < stop; x++) {
         PyObject *parts[3];
         for (int k = 0; k < 3; k++) {
-            parts[k] = k == 0 && x == exit_ ? PyTuple_New(0)
-                                            : as_tuple(PyList_GET_ITEM(lists[k], x));
-            if (!parts[k]) {
+            PyObject *shared = frozen(PyList_GET_ITEM(lists[k], x));
+            if (!shared) {
                 for (int j = 0; j < k; j++) Py_DECREF(parts[j]);
                 Py_DECREF(out);
                 return NULL;
             }
-            if (x != exit_ && x != first) /* frozen in place: copies share it */
-                PyList_SetItem(lists[k], x, Py_NewRef(parts[k]));
+            PyList_SetItem(lists[k], x, Py_NewRef(shared)); /* frozen in place */
+            if (k == 0 && x == exit_) {
+                Py_DECREF(shared);
+                shared = Py_NewRef(empty_edges());
+            }
+            parts[k] = shared;
         }
         PyObject *triple = PyTuple_Pack(3, parts[0], parts[1], parts[2]);
         for (int k = 0; k < 3; k++) Py_DECREF(parts[k]);
@@ -1275,28 +1290,21 @@ static int raise_too_large(void) {
 static Py_ssize_t build_new_state(Build *b) {
     Py_ssize_t x = PyList_GET_SIZE(b->eps);
     if (x >= b->max_states) return raise_too_large();
-    PyObject *lists[3] = {b->eps, b->bytes, b->calls};
-    for (int k = 0; k < 3; k++) {
-        PyObject *fresh = PyList_New(0);
-        if (!fresh) return -1;
-        int bad = PyList_Append(lists[k], fresh);
-        Py_DECREF(fresh);
-        if (bad < 0) return -1;
-    }
+    /* No edges yet: the shared empty tuple (nfa.NFA.new_state; add_edge gives the state a
+     * list of its own on its first edge). */
+    PyObject *none = empty_edges();
+    if (PyList_Append(b->eps, none) < 0 || PyList_Append(b->bytes, none) < 0 ||
+        PyList_Append(b->calls, none) < 0)
+        return -1;
     return x;
 }
 
-/* Append `item` (new reference, stolen) to the edge list of state x in `lists`. */
+/* Append `item` (new reference, stolen) to the edges of state x in `lists`. */
 static int add_edge(PyObject *lists, Py_ssize_t x, PyObject *item) {
     if (!item) return -1;
-    PyObject *edges = PyList_GET_ITEM(lists, x);
-    int bad = !PyList_Check(edges);
-    if (bad)
-        PyErr_Format(PyExc_TypeError, "nfa build: state %zd's edges are frozen", x);
-    else
-        bad = PyList_Append(edges, item) < 0;
+    int bad = edges_add(lists, x, item);
     Py_DECREF(item);
-    return bad ? -1 : 0;
+    return bad;
 }
 
 static int add_eps(Build *b, Py_ssize_t x, Py_ssize_t to) {
@@ -2807,6 +2815,9 @@ done:
 }
 
 static PyMethodDef methods[] = {
+    {"add_edge", (PyCFunction)(void (*)(void))add_edge_py, METH_FASTCALL,
+     "add_edge(containers, x, edge): add an edge to state x (a shared tuple is replaced by "
+     "an untracked list)"},
     {"setup", setup, METH_VARARGS,
      "setup(literal, byte_set, char_set, seq, choice, repeat, ref, step_one, no_edges, "
      "too_large): "

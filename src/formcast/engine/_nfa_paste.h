@@ -17,27 +17,32 @@ static void untrack_acyclic(PyObject *container) {
     if (container && PyObject_GC_IsTracked(container)) PyObject_GC_UnTrack(container);
 }
 
-/* Append to outs[k] (the NFA's eps, byte_edges and call_edges lists) fresh lists holding the
- * items of srcs[k] (a copy's first state or exit, which the builder may extend); the exit's
- * epsilon edges are left out (no_eps). */
-static inline int paste_fresh(PyObject *outs[3], PyObject *srcs[3], int no_eps) {
-    for (int k = 0; k < 3; k++) {
-        Py_ssize_t m;
-        PyObject **src;
-        if (items_of(srcs[k], &src, &m, "pasted edges") < 0) return -1;
-        if (k == 0 && no_eps) m = 0;
-        PyObject *list = PyList_New(m);
-        if (!list) return -1;
-        for (Py_ssize_t j = 0; j < m; j++) {
-            Py_INCREF(src[j]);
-            PyList_SET_ITEM(list, j, src[j]);
-        }
-        untrack_acyclic(list);
-        int bad = PyList_Append(outs[k], list);
-        Py_DECREF(list);
-        if (bad < 0) return -1;
+/* The edges of a state that has none of a kind: the empty tuple, shared by every such state
+ * (borrowed reference; the interpreter keeps the empty tuple for its whole life). */
+static inline PyObject *empty_edges(void) {
+    static PyObject *empty = NULL;
+    if (!empty) empty = PyTuple_New(0);
+    return empty;
+}
+
+/* Add `item` (borrowed) to state x's edges in `lists` (the NFA's eps, byte_edges or
+ * call_edges; x is in range). A list is the state's own and grows; a tuple is shared (the
+ * empty one of a new state, the frozen edges that copies share) and is replaced by a list
+ * of its items and `item`, never changed (nfa.add_edge). */
+static inline int edges_add(PyObject *lists, Py_ssize_t x, PyObject *item) {
+    PyObject *edges = PyList_GET_ITEM(lists, x);
+    if (PyList_CheckExact(edges)) return PyList_Append(edges, item);
+    if (!PyTuple_CheckExact(edges)) {
+        PyErr_Format(PyExc_TypeError, "nfa: state %zd's edges are a list or a tuple", x);
+        return -1;
     }
-    return 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(edges);
+    PyObject *list = PyList_New(n + 1);
+    if (!list) return -1;
+    for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(list, j, Py_NewRef(PyTuple_GET_ITEM(edges, j)));
+    PyList_SET_ITEM(list, n, Py_NewRef(item));
+    untrack_acyclic(list); /* ints or edge tuples: a state gaining an edge while masks run */
+    return PyList_SetItem(lists, x, list);
 }
 
 /* A tuple with the items of an edge container (itself when it is one already), untracked
@@ -79,31 +84,14 @@ static int drop_entry(PyObject *eps, PyObject *byte_edges, PyObject *call_edges)
     return 0;
 }
 
-/* A fresh list with the items of `src` (none when `empty`), untracked: a copy's first state
- * or exit, which the builder may extend. New reference. */
-static PyObject *fresh_edges(PyObject *src, int empty) {
-    Py_ssize_t m;
-    PyObject **items;
-    if (items_of(src, &items, &m, "pasted edges") < 0) return NULL;
-    if (empty) m = 0;
-    PyObject *list = PyList_New(m);
-    if (!list) return NULL;
-    for (Py_ssize_t j = 0; j < m; j++) {
-        Py_INCREF(items[j]);
-        PyList_SET_ITEM(list, j, items[j]);
-    }
-    untrack_acyclic(list);
-    return list;
-}
-
 /* paste's copy of the NFA's own states [first, stop), read in place instead of from a
  * snapshot, replacing the NFA's last state (the copy's entry, allocated by the caller): the
- * containers of every state but the first and the exit are frozen to tuples where they are
- * (once: later copies of the same range find them frozen), and each NFA list is extended by
- * its slice [first, stop) in one call; then the copy's first state and exit get lists of
- * their own, the exit's without epsilon edges. (State by state, with a freeze check, a set
- * and an append each, this was ~100 ns a state: a schema pastes thousands, its whitespace
- * most of them.) 0, or -1 with a Python exception set. */
+ * containers of the range are frozen to tuples where they are (once: later copies of the
+ * same range find them frozen), and each NFA list is extended by its slice [first, stop) in
+ * one call; the copy's exit has no epsilon edges. A later edge of the original or of the
+ * copy replaces the shared tuple of that one state (edges_add). (State by state, with a
+ * freeze check, a set and an append each, this was ~100 ns a state: a schema pastes
+ * thousands, its whitespace most of them.) 0, or -1 with a Python exception set. */
 static int paste_range_into(PyObject *eps, PyObject *byte_edges, PyObject *call_edges,
                             long first, long stop, long exit_) {
     if (drop_entry(eps, byte_edges, call_edges) < 0) return -1;
@@ -117,7 +105,6 @@ static int paste_range_into(PyObject *eps, PyObject *byte_edges, PyObject *call_
     for (int k = 0; k < 3; k++) {
         PyObject *out = outs[k];
         for (long x = first; x < stop; x++) {
-            if (x == first || x == exit_) continue;
             PyObject *item = PyList_GET_ITEM(out, x);
             if (PyTuple_CheckExact(item) && !PyObject_GC_IsTracked(item)) continue;
             PyObject *shared = frozen(item);
@@ -129,15 +116,7 @@ static int paste_range_into(PyObject *eps, PyObject *byte_edges, PyObject *call_
         Py_DECREF(slice);
         if (bad < 0) return -1;
     }
-    long ends[2] = {first, exit_};
-    for (int e = 0; e < (exit_ == first ? 1 : 2); e++) {
-        long x = ends[e];
-        for (int k = 0; k < 3; k++) {
-            PyObject *fresh = fresh_edges(PyList_GET_ITEM(outs[k], x), k == 0 && x == exit_);
-            if (!fresh || PyList_SetItem(outs[k], at + (x - first), fresh) < 0) return -1;
-        }
-    }
-    return 0;
+    return PyList_SetItem(eps, at + (exit_ - first), Py_NewRef(empty_edges()));
 }
 
 #endif

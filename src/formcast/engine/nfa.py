@@ -110,10 +110,23 @@ class NFA:
     def new_state(self) -> int:
         if len(self.eps) >= MAX_NFA_STATES:
             raise _too_large()
-        self.eps.append([])
-        self.byte_edges.append([])
-        self.call_edges.append([])
+        # No edges yet: the shared empty tuple (most states never get one of each kind;
+        # add_edge gives a state a list of its own on its first edge).
+        self.eps.append(())
+        self.byte_edges.append(())
+        self.call_edges.append(())
         return len(self.eps) - 1
+
+
+def add_edge(containers: list, x: int, edge: object) -> None:
+    """Add ``edge`` to state ``x``'s edges in ``containers`` (``nfa.eps``, ``byte_edges`` or
+    ``call_edges``). A list is the state's own and grows; a tuple is shared (the empty one of
+    a new state, the frozen edges copies share) and is replaced, never changed."""
+    edges = containers[x]
+    if edges.__class__ is list:
+        edges.append(edge)
+    else:
+        containers[x] = [*edges, edge]
 
 
 class CopyOwners:
@@ -167,9 +180,9 @@ def _too_large() -> GrammarError:
 def _paste_edges(nfa: NFA, edges: list, entry: int, exit_offset: int) -> None:
     """Append a copy of snapshotted states (``entry`` is the first, already allocated and the
     last state so far; ``exit_offset`` is the exit's place in the snapshot). Edges are
-    relative, so the copy shares the snapshot's (frozen) containers; its first state and its
-    exit get lists of their own (the builder may extend those), the exit without epsilon
-    edges (they lead on to where the fragment's first use went)."""
+    relative, so the copy shares the snapshot's (frozen) containers (``add_edge`` replaces
+    the tuple of the one state it adds to), but for its exit's epsilon edges: it has none
+    (they lead on to where the fragment's first use went)."""
     if entry != len(nfa.eps) - 1:
         raise AssertionError("a fragment is pasted right after its entry state")
     if len(nfa.eps) + len(edges) > MAX_NFA_STATES:
@@ -179,14 +192,9 @@ def _paste_edges(nfa: NFA, edges: list, entry: int, exit_offset: int) -> None:
         return
     del nfa.eps[entry], nfa.byte_edges[entry], nfa.call_edges[entry]
     for i, (eps, byte_edges, call_edges) in enumerate(edges):
-        if i == 0 or i == exit_offset:
-            nfa.eps.append([] if i == exit_offset else list(eps))
-            nfa.byte_edges.append(list(byte_edges))
-            nfa.call_edges.append(list(call_edges))
-        else:
-            nfa.eps.append(eps)
-            nfa.byte_edges.append(byte_edges)
-            nfa.call_edges.append(call_edges)
+        nfa.eps.append(() if i == exit_offset else eps)
+        nfa.byte_edges.append(byte_edges)
+        nfa.call_edges.append(call_edges)
 
 
 def _compact_rows(nfa: NFA, first: int, stop: int,
@@ -246,24 +254,18 @@ def _compact_rows(nfa: NFA, first: int, stop: int,
 
 
 def _frozen_range(nfa: NFA, first: int, stop: int, exit_: int) -> list[tuple]:
-    """The states ``[first, stop)`` as ``(eps, byte edges, call edges)`` snapshots, freezing
-    the containers of every state but the first and the exit to tuples in place (copies share
-    them; a change to a shared container would change every copy, so none is allowed). The
-    first state's and the exit's are copied: the builder may still extend those."""
+    """The states ``[first, stop)`` as ``(eps, byte edges, call edges)`` snapshots (the exit
+    without epsilon edges), freezing their containers to tuples in place: copies share them,
+    and a later edge of one state replaces that state's tuple (``add_edge``)."""
     if _nfa_build is not None and nfa.native_paste:
         return _nfa_build.frozen_range(nfa.eps, nfa.byte_edges, nfa.call_edges, first, stop,
                                        exit_)
     out = []
     for x in range(first, stop):
         parts = (nfa.eps[x], nfa.byte_edges[x], nfa.call_edges[x])
-        if x == exit_:
-            out.append(((), tuple(parts[1]), tuple(parts[2])))
-        elif x == first:
-            out.append((tuple(parts[0]), tuple(parts[1]), tuple(parts[2])))
-        else:
-            frozen = tuple(p if type(p) is tuple else tuple(p) for p in parts)
-            nfa.eps[x], nfa.byte_edges[x], nfa.call_edges[x] = frozen
-            out.append(frozen)
+        frozen = tuple(p if type(p) is tuple else tuple(p) for p in parts)
+        nfa.eps[x], nfa.byte_edges[x], nfa.call_edges[x] = frozen
+        out.append(((), *frozen[1:]) if x == exit_ else frozen)
     return out
 
 
@@ -317,7 +319,9 @@ class LazyCopy:
         else:
             _paste_edges(nfa, _frozen_range(nfa, first, stop, exit_), entry, self.exit_offset)
         copy_exit = entry + self.exit_offset
-        nfa.eps[copy_exit].append(done - copy_exit)
+        # While masks run: the C version leaves the list it may make out of the collector.
+        (_nfa_build.add_edge if _nfa_build is not None and nfa.native_paste else add_edge)(
+            nfa.eps, copy_exit, done - copy_exit)
         for stub, record, to in self.stubs:
             nfa.lazy_exits[entry + stub] = (record, entry + to)
         if self.live_list is not None:
@@ -785,7 +789,7 @@ class _Builder:
         elif isinstance(e, ByteSet):
             self.may_die |= not e.ranges
             for lo, hi in e.ranges:
-                nfa.byte_edges[start].append((lo, hi, end - start))
+                add_edge(nfa.byte_edges, start, (lo, hi, end - start))
         elif isinstance(e, CharSet):
             paths = self._utf8_paths(e)
             self.may_die |= not paths
@@ -798,18 +802,18 @@ class _Builder:
                 for i, (blo, bhi) in enumerate(byte_ranges):
                     rest = tuple(byte_ranges[i + 1:])
                     if not rest:
-                        nfa.byte_edges[cur].append((blo, bhi, end - cur))
+                        add_edge(nfa.byte_edges, cur, (blo, bhi, end - cur))
                         break
                     nxt = tails.get(rest)
                     if nxt is not None:  # the rest of this path is built already
-                        nfa.byte_edges[cur].append((blo, bhi, nxt - cur))
+                        add_edge(nfa.byte_edges, cur, (blo, bhi, nxt - cur))
                         break
                     nxt = tails[rest] = nfa.new_state()
-                    nfa.byte_edges[cur].append((blo, bhi, nxt - cur))
+                    add_edge(nfa.byte_edges, cur, (blo, bhi, nxt - cur))
                     cur = nxt
         elif isinstance(e, Seq):
             if not e.items:
-                nfa.eps[start].append(end - start)
+                add_edge(nfa.eps, start, end - start)
                 return
             loop = _separated_loop(e.items)
             if loop is not None:
@@ -825,7 +829,7 @@ class _Builder:
                 if len(literals) > 1 and isinstance(item, Literal):
                     continue
                 s = nfa.new_state()
-                nfa.eps[start].append(s - start)
+                add_edge(nfa.eps, start, s - start)
                 self._build(item, s, end, path)
         elif isinstance(e, Repeat):
             self._build_repeat(e, start, end, path)
@@ -839,7 +843,7 @@ class _Builder:
         """The items one after another from ``start`` to ``end`` (none: an epsilon)."""
         nfa = self.nfa
         if not items:
-            nfa.eps[start].append(end - start)
+            add_edge(nfa.eps, start, end - start)
             return
         cur = start
         for i, item in enumerate(items):
@@ -859,7 +863,7 @@ class _Builder:
         head = nfa.new_state()
         self._build_chain(items[:at - k], start, head, path)
         x_start, x_end = nfa.new_state(), nfa.new_state()
-        nfa.eps[head].append(x_start - head)
+        add_edge(nfa.eps, head, x_start - head)
         self._build_chain(items[at - k:at], x_start, x_end, path)
         self._build_chain(body[:-k], x_end, x_start, path)
         self._build_chain(items[at + 1:], x_end, end, path)
@@ -872,15 +876,15 @@ class _Builder:
         n = len(data)
         if n <= 1:
             if n:
-                nfa.byte_edges[start].append((data[0], data[0], end - start))
+                add_edge(nfa.byte_edges, start, (data[0], data[0], end - start))
             else:
-                nfa.eps[start].append(end - start)
+                add_edge(nfa.eps, start, end - start)
             return
         first = len(nfa.eps)  # inner states first .. first + n - 2
         if first + n > MAX_NFA_STATES:
             raise _too_large()
         last = first + n - 2
-        nfa.byte_edges[start].append((data[0], data[0], first - start))
+        add_edge(nfa.byte_edges, start, (data[0], data[0], first - start))
         nfa.eps.extend(repeat(_NO_EDGES, n - 1))
         nfa.call_edges.extend(repeat(_NO_EDGES, n - 1))
         nfa.byte_edges.extend([_STEP_ONE[b] for b in data[1:n - 1]])
@@ -904,7 +908,7 @@ class _Builder:
         # Only the nodes where a literal ends have epsilon edges; the others share one empty
         # tuple, as in _build_literal.
         new_eps: list = []
-        new_bytes: list[list[tuple[int, int, int]]] = []
+        new_bytes: list = []
         children: dict[int, dict[int, int]] = {}
         for data in sorted(set(literals)):
             node = start
@@ -914,16 +918,17 @@ class _Builder:
                 if nxt is None:
                     nxt = kids[byte] = base + len(new_eps)
                     new_eps.append(_NO_EDGES)
-                    new_bytes.append([])
-                    (new_bytes[node - base] if node >= base else nfa.byte_edges[node]).append(
-                        (byte, byte, nxt - node))
+                    new_bytes.append(())
+                    if node >= base:
+                        add_edge(new_bytes, node - base, (byte, byte, nxt - node))
+                    else:
+                        add_edge(nfa.byte_edges, node, (byte, byte, nxt - node))
                 node = nxt
-            if node >= base and new_eps[node - base] is _NO_EDGES:
-                new_eps[node - base] = [end - node]
-                continue
-            eps = new_eps[node - base] if node >= base else nfa.eps[node]
-            if end - node not in eps:
-                eps.append(end - node)
+            if node >= base:
+                if end - node not in new_eps[node - base]:
+                    add_edge(new_eps, node - base, end - node)
+            elif end - node not in nfa.eps[node]:
+                add_edge(nfa.eps, node, end - node)
         if base + len(new_eps) > MAX_NFA_STATES:
             raise _too_large()
         nfa.eps.extend(new_eps)
@@ -945,9 +950,9 @@ class _Builder:
         for i in range(copies):
             optional = i >= e.min
             if optional and e.max is not None:
-                nfa.eps[cur].append(end - cur)
+                add_edge(nfa.eps, cur, end - cur)
             entry = nfa.new_state()
-            nfa.eps[cur].append(entry - cur)
+            add_edge(nfa.eps, cur, entry - cur)
             if template is None:
                 exit_ = nfa.new_state()
                 self._build(e.item, entry, exit_, path)
@@ -957,11 +962,11 @@ class _Builder:
                 # shared): much cheaper than compiling the item again.
                 exit_ = self._copy_range(template[0], template[2], template[1], entry)
             if optional and e.max is None:
-                nfa.eps[exit_].append(entry - exit_)  # item* loops on its single optional copy
-                nfa.eps[entry].append(end - entry)
+                add_edge(nfa.eps, exit_, entry - exit_)  # item* loops on its single optional copy
+                add_edge(nfa.eps, entry, end - entry)
                 return
             cur = exit_
-        nfa.eps[cur].append(end - cur)
+        add_edge(nfa.eps, cur, end - cur)
 
     def _single_byte_ranges(self, item: Expr) -> list[tuple[int, int]] | None:
         """The byte ranges of an item that is one byte (``[ \\t]``, ``[0-9]``), else None."""
@@ -984,19 +989,19 @@ class _Builder:
         cur = start
         for i in range(high):
             if i >= low:
-                nfa.eps[cur].append(end - cur)
+                add_edge(nfa.eps, cur, end - cur)
             nxt = end if i == high - 1 else nfa.new_state()
-            nfa.byte_edges[cur].extend([(lo, hi, nxt - cur) for lo, hi in ranges])
+            nfa.byte_edges[cur] = [*nfa.byte_edges[cur], *((lo, hi, nxt - cur) for lo, hi in ranges)]
             cur = nxt
         if high == 0:
-            nfa.eps[start].append(end - start)
+            add_edge(nfa.eps, start, end - start)
 
     def _build_lazy_repeat(self, e: Repeat, start: int, end: int, path: tuple[str, ...]) -> None:
         nfa = self.nfa
         first = nfa.new_state()
-        nfa.eps[start].append(first - start)
+        add_edge(nfa.eps, start, first - start)
         if e.min == 0:
-            nfa.eps[start].append(end - start)
+            add_edge(nfa.eps, start, end - start)
         exit_ = nfa.new_state()
         self._stub_block += 1
         try:
@@ -1062,11 +1067,11 @@ class _Builder:
         if first + n + 1 > MAX_NFA_STATES:
             raise _too_large()
         del nfa.eps[first:], nfa.byte_edges[first:], nfa.call_edges[first:]
-        nfa.eps.extend([[n - k] if exits[k] else [] for k in range(n)])
-        nfa.eps.append([])
+        nfa.eps.extend([[n - k] if exits[k] else () for k in range(n)])
+        nfa.eps.append(())
         nfa.byte_edges.extend(rows)
-        nfa.byte_edges.append([])
-        nfa.call_edges.extend([[] for _ in range(n + 1)])
+        nfa.byte_edges.append(())
+        nfa.call_edges.extend(repeat((), n + 1))
         return first + n
 
     def _copy_range(self, first: int, stop: int, exit_: int, entry: int) -> int:
@@ -1108,7 +1113,7 @@ class _Builder:
             nfa.eps[x + delta] = [entry - (x + delta)]
             exit_ = self._copy_range(record.first, record.first + record.size,
                                      record.first + record.exit_offset, entry)
-            nfa.eps[exit_].append(end + delta - exit_)
+            add_edge(nfa.eps, exit_, end + delta - exit_)
 
     def _clone_lazy_inside(self, first: int, stop: int, delta: int) -> None:
         """Register, for a copy ``delta`` states on, the lazy repetitions inside ``[first,
@@ -1139,7 +1144,7 @@ class _Builder:
                 self.call_rules.add(name)
         if name in self.call_rules or name in path:
             self.call_rules.add(name)
-            self.nfa.call_edges[start].append((name, end - start))  # type: ignore[arg-type]
+            add_edge(self.nfa.call_edges, start, (name, end - start))  # type: ignore[arg-type]
             self.nfa.call_sites.append(start)
             return
         nfa = self.nfa
@@ -1148,7 +1153,7 @@ class _Builder:
             self._add_stub(start, built[3], end)
             return
         entry = nfa.new_state()
-        nfa.eps[start].append(entry - start)
+        add_edge(nfa.eps, start, entry - start)
         if built is None:
             exit_ = nfa.new_state()
             dying = self.may_die
@@ -1165,7 +1170,7 @@ class _Builder:
             # Inlined before: copy that fragment (about 5x cheaper than building it again).
             first, old_exit, stop = built[:3]
             exit_ = self._copy_range(first, stop, old_exit, entry)
-        nfa.eps[exit_].append(end - exit_)
+        add_edge(nfa.eps, exit_, end - exit_)
 
     def _plain_fragment(self, first: int, stop: int) -> bool:
         """Whether the fragment ``[first, stop)`` may be copied lazily (see LazyCopy): big
@@ -1194,7 +1199,7 @@ class _Builder:
         ``end``."""
         nfa = self.nfa
         stub = nfa.new_state()
-        nfa.eps[start].append(stub - start)
+        add_edge(nfa.eps, start, stub - start)
         nfa.stubs.append(stub)
         nfa.lazy_copies[stub] = (record, end)
 
