@@ -83,8 +83,10 @@ _STEP_ONE = [((b, b, 1),) for b in range(256)]
 class NFA:
     """Thompson NFA under construction: epsilon, byte-range and call edges per state, each
     target stored relative to its source (``eps[x]`` holds ``y - x``; byte edges are ``(lo,
-    hi, y - x)``, call edges ``(rule name, y - x)``). Edge containers are lists, or tuples
-    once a copy shares them (see ``_paste_edges``)."""
+    hi, y - x)``, call edges ``(rule name, y - x)``). A state's container of a kind is a list
+    it owns, or a tuple shared with other states: the empty one until its first edge of that
+    kind, or edges frozen for copies to share (``_paste_edges``). Edges are added with
+    ``add_edge``, which replaces a tuple by a list instead of changing it."""
 
     eps: list[list[int]] = field(default_factory=list)
     byte_edges: list[list[tuple[int, int, int]]] = field(default_factory=list)
