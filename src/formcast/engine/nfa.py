@@ -10,8 +10,9 @@ bounded repetition of one byte class (JSON's ``[ \t]{0,20}`` indentation) is a p
 
 Edges are relative: an edge of state ``x`` to state ``y`` is stored as ``y - x``. A copy of a
 fragment then has the same edges as the fragment, so pasting one shares the fragment's edge
-containers (frozen to tuples the first time they are shared) instead of building new ones;
-only a copy's first state and its exit, which the builder may extend, get lists of their own.
+containers (frozen to tuples the first time they are shared) instead of building new ones. A
+tuple is never changed: a state that gains an edge later gets a list of its own in its place
+(``add_edge``), which is also how a new state starts, with the shared empty tuple.
 
 States that cannot reach their rule's end are marked dead (``live``), so determinisation never
 enters them: that is what makes "a walk under the mask never reaches a dead end" true.
