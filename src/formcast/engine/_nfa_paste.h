@@ -39,7 +39,8 @@ static inline int edges_add(PyObject *lists, Py_ssize_t x, PyObject *item) {
     Py_ssize_t n = PyTuple_GET_SIZE(edges);
     PyObject *list = PyList_New(n + 1);
     if (!list) return -1;
-    for (Py_ssize_t j = 0; j < n; j++) PyList_SET_ITEM(list, j, Py_NewRef(PyTuple_GET_ITEM(edges, j)));
+    for (Py_ssize_t j = 0; j < n; j++)
+        PyList_SET_ITEM(list, j, Py_NewRef(PyTuple_GET_ITEM(edges, j)));
     PyList_SET_ITEM(list, n, Py_NewRef(item));
     untrack_acyclic(list); /* ints or edge tuples: a state gaining an edge while masks run */
     return PyList_SetItem(lists, x, list);

@@ -994,7 +994,8 @@ class _Builder:
             if i >= low:
                 add_edge(nfa.eps, cur, end - cur)
             nxt = end if i == high - 1 else nfa.new_state()
-            nfa.byte_edges[cur] = [*nfa.byte_edges[cur], *((lo, hi, nxt - cur) for lo, hi in ranges)]
+            for lo, hi in ranges:
+                add_edge(nfa.byte_edges, cur, (lo, hi, nxt - cur))
             cur = nxt
         if high == 0:
             add_edge(nfa.eps, start, end - start)
