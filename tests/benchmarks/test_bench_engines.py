@@ -8,9 +8,11 @@ column would time a partly cached compile.
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 
 from formcast.engine import matcher
+from formcast.grammar.cache import Memo
 from formcast.grammar.ir import Grammar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -49,11 +51,31 @@ def _cached_pieces() -> list[str]:
     return held
 
 
-def test_the_benchmark_empties_every_compile_cache() -> None:
-    Grammar.from_json_schema(SCHEMA, strict=False)  # fills caches and memos
-    assert _cached_pieces()
+def _engine() -> FormcastEngine:
     engine = FormcastEngine.__new__(FormcastEngine)  # no vocabulary needed to clear caches
     engine._matcher_module = matcher
     engine.cache_note = ""
+    return engine
+
+
+def test_the_benchmark_empties_every_compile_cache() -> None:
+    engine = _engine()
+    for _ in range(3):  # the first clear walks the modules, the next reuse what it found
+        Grammar.from_json_schema(SCHEMA, strict=False)  # fills caches and memos
+        assert _cached_pieces()
+        engine.clear_caches()
+        assert _cached_pieces() == []
+
+
+def test_a_module_imported_after_the_walk_has_its_caches_cleared_too() -> None:
+    engine = _engine()
     engine.clear_caches()
-    assert _cached_pieces() == []
+    late = types.ModuleType("formcast._late_module_for_test")
+    late.MEMO = Memo(4)  # type: ignore[attr-defined]
+    late.MEMO.put("key", "value")  # type: ignore[attr-defined]
+    sys.modules[late.__name__] = late
+    try:
+        engine.clear_caches()
+        assert late.MEMO.get("key") is None  # type: ignore[attr-defined]
+    finally:
+        del sys.modules[late.__name__]
