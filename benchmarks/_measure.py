@@ -126,6 +126,22 @@ def keep_mask(n_words: int, ignored_ids: list[int]) -> np.ndarray:
     return keep.view(np.int32)
 
 
+def turn_order(n_engines: int, round_index: int) -> list[int]:
+    """The order in which the engines take their turns in round ``round_index``.
+
+    Even rounds go 0, 1, ..., n-1 and odd rounds 0, n-1, ..., 1. For two or three engines
+    every engine then follows every other equally often over two rounds (with three:
+    0 1 2 | 0 2 1 | 0 1 2 ... meets each of the six ordered pairs once). The time a compile
+    takes depends on what ran just before it: a compile right after xgrammar's (which
+    sweeps the CPU caches) was 5-10% slower in a fixed order; a fixed order gave that
+    penalty to one engine only.
+    """
+    order = list(range(n_engines))
+    if round_index % 2 and n_engines > 2:
+        order[1:] = reversed(order[1:])
+    return order
+
+
 def measure(engines: list[Engine], workload: Workload, repeats: int,
             keep: np.ndarray | None = None) -> list[RunResult]:
     """``repeats`` rounds in which each engine in turn does a fresh compile (timed) and a
@@ -146,7 +162,8 @@ def measure(engines: list[Engine], workload: Workload, repeats: int,
     gc.disable()
     try:
         for repeat in range(max(1, repeats)):
-            for i, engine in enumerate(engines):
+            for i in turn_order(len(engines), repeat):
+                engine = engines[i]
                 out = results[i]
                 if out.na_reason is not None:
                     continue
@@ -193,8 +210,9 @@ def interleaved_compiles(engines: list[Engine], workload: Workload,
     gc.collect()
     gc.disable()
     try:
-        for _ in range(max(1, rounds)):
-            for engine in engines:
+        for round_index in range(max(1, rounds)):
+            for i in turn_order(len(engines), round_index):
+                engine = engines[i]
                 if engine.name in failed:
                     continue
                 compiled: Any = None

@@ -4,7 +4,8 @@ For every grammar under ``benchmarks/grammars/`` (a JSON grammar, GBNF grammars,
 realistic JSON Schemas) and every engine it measures:
 
 * compile time: p50 over ``--compile-rounds`` fresh compiles (no compiler cache can serve
-  them), the engines taking turns round by round so that machine noise hits them alike;
+  them), the engines taking turns round by round so that machine noise hits them alike, in
+  an order that alternates so that each engine follows each other equally often;
 * per-token mask time, p50 and p99 over every step of every sample output: the time of the one
   call that fills a packed int32 bitmask for the current state, taken before each token of the
   sample is accepted and once after the last. "cold" is the first pass over a freshly compiled
@@ -113,7 +114,8 @@ def header(args: argparse.Namespace, engines: list[Engine], missing: dict[str, s
     lines += [f"- {name}: n/a ({reason})" for name, reason in missing.items()]
     lines += [
         f"- compile: p50 of {args.compile_rounds} fresh compiles per engine, the engines taking "
-        "turns round by round so machine noise hits them alike (llguidance: GBNF→Lark conversion "
+        "turns round by round so machine noise hits them alike, in an order that alternates so each "
+        "engine follows each other equally often (llguidance: GBNF→Lark conversion "
         "+ `LLMatcher`; xgrammar: a new `GrammarCompiler(cache_enabled=False)`; formcast: front "
         "end + `Matcher` with its compile caches emptied before the timer starts, as the previous "
         "compile of every engine is dropped before it); per-vocabulary tables are built beforehand "
