@@ -8,7 +8,7 @@ against; ``$anchor`` / ``$dynamicAnchor`` name a subschema. References that leav
 
 from __future__ import annotations
 
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, final
 from urllib.parse import unquote, urljoin
 
 from formcast.errors import SchemaError
@@ -68,13 +68,27 @@ def split_pointer(pointer: str) -> list[str]:
     return [unescape_token(t) for t in tokens] if "~" in pointer else tokens
 
 
-class Loc(NamedTuple):
+@final
+class Loc:
     """A subschema's place: pointer from the document root and the base URI in effect inside
-    it (its own ``$id`` included). A named tuple: a compile makes one for every subschema, and
-    a frozen dataclass cost three times as much to make."""
+    it (its own ``$id`` included). A compile makes one for every subschema: as a plain class
+    (native under mypyc) that is a C call; a named tuple ran its ``__new__`` as Python code
+    (~1.8k instructions each), a frozen dataclass three times that."""
 
-    pointer: str
-    base: str
+    __slots__ = ("pointer", "base")
+
+    def __init__(self, pointer: str, base: str) -> None:
+        self.pointer = pointer
+        self.base = base
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Loc) and self.pointer == other.pointer and self.base == other.base
+
+    def __hash__(self) -> int:
+        return hash((self.pointer, self.base))
+
+    def __repr__(self) -> str:
+        return f"Loc(pointer={self.pointer!r}, base={self.base!r})"
 
 
 

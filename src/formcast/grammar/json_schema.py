@@ -564,7 +564,7 @@ class SchemaCompiler:
         name = self.ref_rules.get(target)
         if name is None:
             node = self.index.node_at(target)
-            name = self.ref_rules[target] = self.reserve_rule(self.rule_base(Loc(target, "")))
+            name = self.ref_rules[target] = self.reserve_rule(_rule_base(target))
             self.keep.add(name)
             self.open.append(name)
             try:
@@ -598,7 +598,7 @@ class SchemaCompiler:
                             "before any input (left recursion); that branch is dropped")
                 return NOTHING
             return REF(name)
-        name = self.node_rules[key] = self.reserve_rule(self.rule_base(Loc(pointer, "")))
+        name = self.node_rules[key] = self.reserve_rule(_rule_base(pointer))
         self.open.append(name)
         try:
             if len(subs) == 1:
