@@ -729,13 +729,15 @@ def _reference_rule_base(pointer: str) -> str:
                                              "a_b", "~", "/", "é", "", "x y", "anyOf"]),
                           st.text(max_size=6)), max_size=6))
 def test_rule_names_are_the_pointer_tokens_as_words(tokens):
-    # _rule_base builds a name from its parent's (memoised); it must equal the name made
-    # from all the tokens at once.
+    # _rule_base builds a name from its parent's (memoised per compile); it must equal the
+    # name made from all the tokens at once, with an empty memo and with a filled one.
     from formcast.grammar.json_refs import join_pointer
     from formcast.grammar.json_schema import _rule_base
 
     pointer = join_pointer("", *tokens)
-    assert _rule_base(pointer) == _reference_rule_base(pointer)
+    memo: dict[str, str] = {}
+    assert _rule_base(pointer, memo) == _reference_rule_base(pointer)
+    assert _rule_base(pointer, memo) == _reference_rule_base(pointer)
 
 
 # ----------------------------------------------------------------------------- conjunctions

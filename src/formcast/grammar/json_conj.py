@@ -306,7 +306,7 @@ class Accumulator:
                 if key not in CONSTRAINTS and key not in ANNOTATIONS and key not in DEPENDENT:
                     self.unknown.add(key)
                 continue
-            ptr = loc.pointer + "/" + key  # no keyword needs escaping in a pointer
+            ptr = f"{loc.pointer}/{key}"  # no keyword needs escaping in a pointer
             conj.seen.append((ptr, key))
             handler(self, conj, value, schema, loc, ptr, stack)
 

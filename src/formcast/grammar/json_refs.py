@@ -8,7 +8,7 @@ against; ``$anchor`` / ``$dynamicAnchor`` name a subschema. References that leav
 
 from __future__ import annotations
 
-from typing import Any, Final, final
+from typing import Any, Final
 from urllib.parse import unquote, urljoin
 
 from formcast.errors import SchemaError
@@ -54,9 +54,17 @@ def unescape_token(token: str) -> str:
 # case, no "~" and no "/" in a token, skips the escaping.
 def join_pointer(pointer: str, *tokens: str | int) -> str:
     for token in tokens:
-        text = token if type(token) is str else str(token)
-        pointer += "/" + (escape_token(text) if "~" in text or "/" in text else text)
+        pointer = join_token(pointer, token)
     return pointer
+
+
+def join_token(pointer: str, token: str | int) -> str:
+    """``join_pointer`` of one token. Code that receives ``*tokens`` loops over this: passing
+    the tuple on as ``join_pointer(p, *tokens)`` is a generic Python call under mypyc."""
+    text = token if type(token) is str else str(token)
+    if "~" in text or "/" in text:
+        text = escape_token(text)
+    return f"{pointer}/{text}"  # one string built: ``+`` twice built two
 
 
 def split_pointer(pointer: str) -> list[str]:
@@ -68,12 +76,12 @@ def split_pointer(pointer: str) -> list[str]:
     return [unescape_token(t) for t in tokens] if "~" in pointer else tokens
 
 
-@final
 class Loc:
     """A subschema's place: pointer from the document root and the base URI in effect inside
-    it (its own ``$id`` included). A compile makes one for every subschema: as a plain class
-    (native under mypyc) that is a C call; a named tuple ran its ``__new__`` as Python code
-    (~1.8k instructions each), a frozen dataclass three times that."""
+    it (its own ``$id`` included). A compile makes one for every subschema: as a plain,
+    undecorated class it is native under mypyc (construction is a C call, ``loc.pointer`` a
+    struct read); any decorator but ``dataclass`` (even ``typing.final``) makes mypyc build
+    an ordinary Python class, and a named tuple ran its ``__new__`` as Python code."""
 
     __slots__ = ("pointer", "base")
 
@@ -136,7 +144,10 @@ class SchemaIndex:
         base = loc.base
         if isinstance(node, dict) and isinstance(node.get("$id"), str):
             base = split_fragment(resolve_uri(base, node["$id"]))[0]
-        return Loc(join_pointer(loc.pointer, *tokens), base)
+        pointer = loc.pointer
+        for token in tokens:
+            pointer = join_token(pointer, token)
+        return Loc(pointer, base)
 
     def resolve(self, ref: str, base: str) -> str | None:
         """The root pointer ``ref`` names, or None when it points outside this document."""

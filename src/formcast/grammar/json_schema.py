@@ -30,7 +30,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -175,8 +174,7 @@ def clear_memos() -> None:
     from formcast.grammar import json_numbers, json_objects, json_strings, prune
 
     for memoised in (charfa.from_expr, charfa.intersect, charfa.union, charfa.complement,
-                     charfa._minimize, json_objects._names_dfa, json_strings._search_language,
-                     _rule_base):
+                     charfa._minimize, json_objects._names_dfa, json_strings._search_language):
         memoised.cache_clear()
     for memo in (_SPELLED, json_numbers._NUMBER_EXPRS, prune._SHARED_BODY_REFS):
         memo.clear()
@@ -279,6 +277,7 @@ class SchemaCompiler:
         self._pattern_dfas: dict[str, charfa.DFA | None] = {}
         # String enums by their values: schemas repeat a list (country, billing_country).
         self._string_enums: dict[tuple[str, ...], Expr] = {}
+        self._rule_names: dict[str, str] = {}  # pointer -> rule base name (_rule_base)
         self.ws = self._whitespace()
 
     @property
@@ -305,7 +304,7 @@ class SchemaCompiler:
         return _Consuming(self)
 
     def rule_base(self, loc: Loc) -> str:
-        return _rule_base(loc.pointer)
+        return _rule_base(loc.pointer, self._rule_names)
 
     def new_rule(self, name: str, body: Expr) -> str:
         """Add a rule named ``name`` (suffixed when taken by a different body)."""
@@ -564,7 +563,7 @@ class SchemaCompiler:
         name = self.ref_rules.get(target)
         if name is None:
             node = self.index.node_at(target)
-            name = self.ref_rules[target] = self.reserve_rule(_rule_base(target))
+            name = self.ref_rules[target] = self.reserve_rule(_rule_base(target, self._rule_names))
             self.keep.add(name)
             self.open.append(name)
             try:
@@ -587,8 +586,10 @@ class SchemaCompiler:
         if not subs:
             return self.any_value()
         first = subs[0][0]
+        # (compile_node(sub, loc), not compile_node(*subs[0]): under mypyc, passing a tuple on
+        # as arguments is a generic Python call)
         if len(subs) == 1 and (first is False or (isinstance(first, dict) and self._ref_only(first))):
-            return self.compile_node(*subs[0])
+            return self.compile_node(first, subs[0][1])
         key = tuple(("not:" if isinstance(sub, Negated) else "") + loc.pointer
                     for sub, loc in subs)
         name = self.node_rules.get(key)
@@ -598,11 +599,11 @@ class SchemaCompiler:
                             "before any input (left recursion); that branch is dropped")
                 return NOTHING
             return REF(name)
-        name = self.node_rules[key] = self.reserve_rule(_rule_base(pointer))
+        name = self.node_rules[key] = self.reserve_rule(_rule_base(pointer, self._rule_names))
         self.open.append(name)
         try:
             if len(subs) == 1:
-                expr = self.compile_node(*subs[0])
+                expr = self.compile_node(first, subs[0][1])
             else:
                 conj = Conj()
                 for sub, loc in subs:
@@ -889,11 +890,15 @@ class SchemaCompiler:
 
     # -- numbers
 
-@lru_cache(maxsize=4096)
-def _rule_base(pointer: str) -> str:
+def _rule_base(pointer: str, memo: dict[str, str]) -> str:
     """The rule name for the subschema at ``pointer``: its tokens as words, ``root-...`` (or
     ``defs-...`` / ``definitions-...`` below those). Built from the parent pointer's name,
-    which the compile asked for first (memoised): a child costs one token, not its depth."""
+    which the compile asked for first (kept in ``memo``, one per compile: a process-wide
+    ``lru_cache`` cost a Python-level call per lookup): a child costs one token, not its
+    depth."""
+    got = memo.get(pointer)
+    if got is not None:
+        return got
     if not pointer:
         return "root"
     parent, slash, token = pointer.rpartition("/")
@@ -906,7 +911,8 @@ def _rule_base(pointer: str) -> str:
     # Most tokens are plain words already ("properties", "items", "0"): no regex for those.
     word = token if token.isalnum() and token.isascii() else (
         _NOT_WORD.sub("-", token).strip("-") or "x")
-    return _rule_base(parent) + "-" + word
+    name = memo[pointer] = f"{_rule_base(parent, memo)}-{word}"
+    return name
 
 
 _NOT_WORD: Final = re.compile(r"[^A-Za-z0-9]+")

@@ -28,7 +28,7 @@ class Unenforced:
         return (self.pointer, self.keyword, self.reason)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class CompileReport:
     """The outcome of one JSON Schema compile.
 
@@ -47,11 +47,24 @@ class CompileReport:
     compile_seconds: float
     schema_hash: str
     compiler_version: str
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any]
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "compiled", MappingProxyType(dict(sorted(self.compiled.items()))))
-        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+    def __init__(self, compiled: Mapping[str, int], unenforced: tuple[Unenforced, ...],
+                 notes: tuple[str, ...], readable_rules: ReadableRules, compile_seconds: float,
+                 schema_hash: str, compiler_version: str,
+                 options: Mapping[str, Any] | None = None) -> None:
+        # Written out rather than generated: the dataclass's own __init__ is Python code (each
+        # field through object.__setattr__, then __post_init__), 4% of a small schema's
+        # front end; this one is compiled with the module.
+        setattr_ = object.__setattr__
+        setattr_(self, "compiled", MappingProxyType({k: compiled[k] for k in sorted(compiled)}))
+        setattr_(self, "unenforced", tuple(unenforced))
+        setattr_(self, "notes", tuple(notes))
+        setattr_(self, "readable_rules", readable_rules)
+        setattr_(self, "compile_seconds", compile_seconds)
+        setattr_(self, "schema_hash", schema_hash)
+        setattr_(self, "compiler_version", compiler_version)
+        setattr_(self, "options", MappingProxyType(dict(options or {})))
 
     @property
     def rule_count(self) -> int:
