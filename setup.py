@@ -37,6 +37,9 @@ ENGINE_EXTENSIONS = [
     # reference and the fallback).
     Extension("formcast.grammar._ir_nodes", sources=["src/formcast/grammar/_ir_nodes.c"],
               extra_compile_args=["-O2"], optional=True),
+    # The canonical JSON text a compile hashes its schema by (cache.canonical_utf8).
+    Extension("formcast.grammar._canonical", sources=["src/formcast/grammar/_canonical.c"],
+              extra_compile_args=["-O2"], optional=True),
 ]
 
 # mypycify type-checks and writes the C code when called: only for commands that build

@@ -8,6 +8,7 @@ rule naming and sharing, recursion, the cache, and clear errors.
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 
@@ -776,6 +777,55 @@ def test_schema_text_for_the_hash_is_compact_json_and_refuses_what_json_cannot_h
     for bad in ({"minimum": float("nan")}, {"default": object()}, cyclic):
         with pytest.raises(SchemaError, match="not a JSON value"):
             compile_(bad)
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20)
+
+
+def _canonical_outcome(value, *, pure: bool):
+    # The bytes, or the error, that hashing the value gives.
+    from formcast.errors import SchemaError
+    from formcast.grammar.cache import canonical_utf8
+
+    old = os.environ.get("FORMCAST_PURE_PYTHON")
+    os.environ["FORMCAST_PURE_PYTHON"] = "1" if pure else ""
+    try:
+        return canonical_utf8(value)
+    except SchemaError as exc:
+        return ("error", str(exc))
+    finally:
+        if old is None:
+            del os.environ["FORMCAST_PURE_PYTHON"]
+        else:
+            os.environ["FORMCAST_PURE_PYTHON"] = old
+
+
+@settings(max_examples=400, deadline=None)
+@given(_JSON_VALUES)
+def test_the_schema_hash_text_is_the_same_from_c_and_from_the_json_module(value) -> None:
+    # The C encoder (_canonical.c) must write exactly the json module's text: the schema
+    # hash keys the compile cache and appears in every report and record.
+    expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    assert _canonical_outcome(value, pure=True) == expected
+    assert _canonical_outcome(value, pure=False) == expected
+
+
+def test_values_the_c_encoder_leaves_to_the_json_module_give_the_same_text_or_error() -> None:
+    deep: list = []
+    for _ in range(300):  # past the C encoder's depth, within Python's recursion limit
+        deep = [deep]
+    cyclic: dict = {}
+    cyclic["self"] = cyclic
+    for value in ({"a": (1, 2)}, {1: "x"}, {"t": float("inf")}, {"s": {1}}, "\ud800",
+                  {"\udc00": 1}, {"k": True, "n": None, "big": 2**80}, deep, cyclic,
+                  {"ctl": "\x00\x1f\x7f\u2028 \"\\"}):
+        assert _canonical_outcome(value, pure=False) == _canonical_outcome(value, pure=True)
+    assert _canonical_outcome("\ud800", pure=False)[0] == "error"
+    assert _canonical_outcome(cyclic, pure=False)[0] == "error"
 
 
 def test_a_format_under_a_length_bound_compiles_to_rules_not_an_exponential_tree() -> None:

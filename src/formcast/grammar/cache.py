@@ -19,6 +19,12 @@ from typing import Any, Final
 
 from formcast.errors import SchemaError
 from formcast.grammar.ir import Grammar
+from formcast.pure_python import pure_python
+
+try:
+    from formcast.grammar import _canonical  # type: ignore[attr-defined]
+except ImportError:  # built without a C compiler
+    _canonical = None
 
 
 def canonical_json(value: Any) -> str:
@@ -52,14 +58,26 @@ def _not_json(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+def canonical_utf8(value: Any) -> bytes:
+    """The UTF-8 of ``canonical_json(value)``, written by the C encoder (``_canonical.c``,
+    several times faster) where it is built and the value is plain JSON; by the json module
+    otherwise, which also raises the errors."""
+    if _canonical is not None and not pure_python():
+        data = _canonical.utf8(value)
+        if data is not None:
+            return data
+    text = canonical_json(value)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SchemaError(f"schema is not a JSON value: a string in it holds a lone surrogate "
+                          f"({exc.object[exc.start:exc.end]!r}), which is not Unicode text"
+                          ) from None
+
+
 def schema_hash(schema: Any) -> str:
-    """SHA-256 of the schema's canonical JSON text (``canonical_json``)."""
-    return text_hash(canonical_json(schema))
-
-
-def text_hash(text: str) -> str:
-    """``schema_hash`` of the schema whose canonical JSON text is ``text``."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """SHA-256 of the UTF-8 of the schema's canonical JSON text (``canonical_json``)."""
+    return hashlib.sha256(canonical_utf8(schema)).hexdigest()
 
 
 @dataclass(frozen=True)

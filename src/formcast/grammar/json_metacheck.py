@@ -124,7 +124,10 @@ def certainly_valid_2020_12(schema: Any) -> bool:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        for key, value in node.items():
+        # Declared a dict (it is one: checked above) so mypyc iterates it natively; as Any,
+        # .items() was a generic method call and every pair was unpacked through an iterator.
+        mapping: dict[Any, Any] = node
+        for key, value in mapping.items():
             check = _LEAF_CHECKS.get(key)
             if check is not None:
                 if not check(value):
@@ -134,7 +137,9 @@ def certainly_valid_2020_12(schema: Any) -> bool:
             elif key in _SCHEMA_MAP:
                 if type(value) is not dict:
                     return False
-                stack.extend(value.values())
+                members: dict[Any, Any] = value
+                for member in members.values():
+                    stack.append(member)
             elif key in _SCHEMA_ARRAY:
                 if type(value) is not list or not value:
                     return False

@@ -46,9 +46,8 @@ from formcast.grammar.cache import (
     DEFAULT_CACHE,
     CompileCache,
     Memo,
-    canonical_json,
+    canonical_utf8,
     schema_hash,
-    text_hash,
 )
 from formcast.grammar.ir import (
     Expr,
@@ -193,9 +192,9 @@ def compile_json_schema(schema: Any, *, whitespace: str = "flexible", strict: bo
     if isinstance(schema, str | bytes):
         schema = load_schema_text(schema)
     options = CompileOptions(whitespace, max_depth, property_order, formats)
-    text = canonical_json(schema)
-    digest = text_hash(text)
-    anchored = _names_resources(text)
+    data = canonical_utf8(schema)
+    digest = hashlib.sha256(data).hexdigest()  # schema_hash, from the text made once
+    anchored = _names_resources(data)
 
     def build() -> Grammar:
         with gc_paused():
@@ -212,10 +211,11 @@ def compile_json_schema(schema: Any, *, whitespace: str = "flexible", strict: bo
     return grammar
 
 
-def _names_resources(text: str) -> bool:
-    """Whether the schema whose canonical JSON is ``text`` may hold an ``$id`` or an anchor
-    (a key spelled so, or a string that reads like one: then the document is indexed)."""
-    return '"$id"' in text or '"$anchor"' in text or '"$dynamicAnchor"' in text
+def _names_resources(data: bytes) -> bool:
+    """Whether the schema whose canonical JSON (UTF-8) is ``data`` may hold an ``$id`` or an
+    anchor (a key spelled so, or a string that reads like one: then the document is
+    indexed)."""
+    return b'"$id"' in data or b'"$anchor"' in data or b'"$dynamicAnchor"' in data
 
 
 _DRAFT_2020_12_URIS: Final = ("https://json-schema.org/draft/2020-12/schema",
