@@ -908,11 +908,23 @@ def _rule_base(pointer: str, memo: dict[str, str]) -> str:
         token = unescape_token(token)
     if not parent and token in ("$defs", "definitions"):
         return token.lstrip("$")
-    # Most tokens are plain words already ("properties", "items", "0"): no regex for those.
-    word = token if token.isalnum() and token.isascii() else (
-        _NOT_WORD.sub("-", token).strip("-") or "x")
-    name = memo[pointer] = f"{_rule_base(parent, memo)}-{word}"
+    name = memo[pointer] = f"{_rule_base(parent, memo)}-{_word(token)}"
     return name
+
+
+def _word(token: str) -> str:
+    """``token`` as a word of a rule name: runs of characters other than ASCII letters and
+    digits become one ``-``, none at either end."""
+    # Most tokens are plain words ("properties", "items", "0") or snake_case property names
+    # ("departure_date"): both without the regex, which took ~1.4 us a token.
+    if token.isascii():
+        if token.isalnum():
+            return token
+        word = token.replace("_", "-")
+        if (word.replace("-", "").isalnum() and "--" not in word
+                and not word.startswith("-") and not word.endswith("-")):
+            return word
+    return _NOT_WORD.sub("-", token).strip("-") or "x"
 
 
 _NOT_WORD: Final = re.compile(r"[^A-Za-z0-9]+")
