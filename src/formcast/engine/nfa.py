@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
 
+from formcast.engine.fragments import Fragment, precomputed_item
 from formcast.errors import GrammarError
 from formcast.grammar.ir import (
     ByteSet,
@@ -347,7 +348,9 @@ class LazyRepeat:
 
     def __init__(self, nfa: NFA, first: int, exit_: int, edges: list, copies: int,
                  minimum: int, end: int, inner: list[tuple[LazyRepeat, int]],
-                 template: LazyRepeat | None = None) -> None:
+                 template: LazyRepeat | None = None,
+                 item_bounds: tuple[int, bool] | None = None) -> None:
+        # item_bounds: (min_bytes, nullable) when known (a precomputed fragment)
         # Weakly: the NFA holds this record (lazy_exits, copy_of), and a strong reference
         # back made every compiled NFA with a lazy repetition a reference cycle, thousands
         # of edge containers that only the cyclic collector could free.
@@ -373,6 +376,8 @@ class LazyRepeat:
         if template is not None:
             self.nullable = template.nullable
             self.min_bytes = template.min_bytes
+        elif item_bounds is not None:
+            self.min_bytes, self.nullable = item_bounds
         else:
             self.min_bytes = self._item_min_bytes()
             # A lower bound above zero leaves no path free of bytes: no search needed.
@@ -712,8 +717,9 @@ def _on_cycles_or_before(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 class _Builder:
     def __init__(self, rules: Mapping[str, Expr], call_rules: set[str],
-                 refs: Mapping[str, list[str]] | None = None) -> None:
+                 refs: Mapping[str, list[str]] | None = None, precomputed: bool = True) -> None:
         self.rules = rules
+        self.precomputed = precomputed  # paste fragments.py's fragments (False: build them)
         self._refs = refs  # each rule's references (_rule_refs), when the caller has them
         self.call_rules = set(call_rules)
         self.nfa = NFA()
@@ -1002,6 +1008,11 @@ class _Builder:
 
     def _build_lazy_repeat(self, e: Repeat, start: int, end: int, path: tuple[str, ...]) -> None:
         nfa = self.nfa
+        if self.precomputed:
+            fragment = precomputed_item(e.item, self.rules, self.call_rules)
+            if fragment is not None:
+                self._paste_lazy_repeat(e, fragment, start, end)
+                return
         first = nfa.new_state()
         add_edge(nfa.eps, start, first - start)
         if e.min == 0:
@@ -1022,6 +1033,26 @@ class _Builder:
         record = LazyRepeat(nfa, first, exit_, edges, e.max, e.min, end, inner)
         for inner_record, _ in inner:  # the innermost repetition owns its states
             inner_record._register(inner_record.first, 0)
+        nfa.lazy_exits[exit_] = (record, 1)
+        self.lazy_repeats.append(record)
+
+    def _paste_lazy_repeat(self, e: Repeat, fragment: Fragment, start: int, end: int) -> None:
+        """``_build_lazy_repeat`` of an item whose first copy is precomputed: the same states
+        and record, the fragment's frozen edges pasted instead of built and compacted."""
+        nfa = self.nfa
+        first = len(nfa.eps)
+        states = fragment.states
+        if first + len(states) > MAX_NFA_STATES:
+            raise _too_large()
+        add_edge(nfa.eps, start, first - start)
+        if e.min == 0:
+            add_edge(nfa.eps, start, end - start)
+        nfa.eps.extend([state[0] for state in states])
+        nfa.byte_edges.extend([state[1] for state in states])
+        nfa.call_edges.extend([state[2] for state in states])
+        exit_ = first + fragment.exit_offset
+        record = LazyRepeat(nfa, first, exit_, list(states), e.max, e.min, end, [],
+                            item_bounds=(fragment.min_bytes, fragment.nullable))
         nfa.lazy_exits[exit_] = (record, 1)
         self.lazy_repeats.append(record)
 
@@ -1299,8 +1330,10 @@ def _live_nfa_states(nfa: NFA, fragments: dict[str, tuple[int, int]],
     return live
 
 
-def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[str], list[bool]]:
+def build_nfa(grammar: Grammar, *, precomputed: bool = True
+              ) -> tuple[NFA, dict[str, tuple[int, int]], list[str], list[bool]]:
     """The NFA of every call rule of ``grammar``: ``(nfa, fragments, order, live)``.
+    ``precomputed=False`` builds even the items ``fragments.py`` keeps precomputed.
 
     ``fragments[name]`` is the rule's (start, end) state pair, ``order`` the call rules with
     the start rule first, ``live[s]`` whether state ``s`` can reach its rule's end.
@@ -1310,7 +1343,7 @@ def build_nfa(grammar: Grammar) -> tuple[NFA, dict[str, tuple[int, int]], list[s
     # No rule reaches itself (most schemas): the start rule is the only call, and every rule
     # derives a string unless the builder met an empty node (may_die).
     acyclic, call_rules = _rule_graph_calls(rules, refs, grammar.start)
-    builder = _Builder(rules, call_rules, refs)
+    builder = _Builder(rules, call_rules, refs, precomputed)
     order = [grammar.start] + sorted(r for r in call_rules if r != grammar.start)
     fragments = {name: builder.build_rule(name) for name in order}
     # Inlining may have promoted more rules to calls while building: build those too.

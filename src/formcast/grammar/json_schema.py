@@ -95,12 +95,11 @@ from formcast.grammar.json_strings import (
     string_constraints,
 )
 from formcast.grammar.json_text import (
-    ANY_CODEPOINT,
     GENERIC_INTEGER,
     GENERIC_NUMBER,
     GENERIC_STRING,
+    JSON_CHAR,
     U_ALL,
-    char_forms,
     char_forms_cached,
     string_union,
     to_decimal,
@@ -116,7 +115,7 @@ FLEXIBLE_INDENT: Final = 20
 # Built once: every schema compile with the default whitespace uses this body.
 FLEXIBLE_WS: Final[Expr] = seq(opt(choice(lit("\n"), lit("\r\n"))), repeat(chars(" \t"), 0, FLEXIBLE_INDENT))
 # One JSON string character of a constrained string, its \u escapes in the rule named below.
-CHAR_BODY: Final[Expr] = char_forms(ANY_CODEPOINT, REF("unicode-escape"))
+CHAR_BODY: Final[Expr] = JSON_CHAR
 MAX_BRANCH_PRODUCT: Final = 256
 
 __all__ = ["compile_json_schema", "CompileOptions", "COMPILER_VERSION", "load_schema_text",

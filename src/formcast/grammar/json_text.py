@@ -37,7 +37,7 @@ from formcast.grammar.ir import (
     seq,
     star,
 )
-from formcast.grammar.ir_kinds import CHAR_SET, CHOICE, EMPTY, LITERAL, NOTHING, REPEAT, SEQ
+from formcast.grammar.ir_kinds import CHAR_SET, CHOICE, EMPTY, LITERAL, NOTHING, REF, REPEAT, SEQ
 
 Ranges = tuple[tuple[int, int], ...]
 
@@ -360,6 +360,10 @@ def _pair(h1: int, h2: int, l1: int, l2: int) -> Expr:
 _ALL_PAIRS: Final[Expr] = _surrogate_pairs(ASTRAL)
 U_ALL: Final[Expr] = seq(lit("u"), choice(hex4_ranges(U_ESCAPED), _ALL_PAIRS))
 ANY_CHAR_FORMS: Final[Expr] = char_forms(ANY_CODEPOINT)
+# One character of a JSON string as the schema compiler's "char" rule spells it, with its \u
+# escapes in the rule "unicode-escape" (whose body is U_ALL). The item of every length-bounded
+# string; the engine keeps its automaton precomputed (engine/fragments.py).
+JSON_CHAR: Final[Expr] = char_forms(ANY_CODEPOINT, REF("unicode-escape"))
 
 
 @lru_cache(maxsize=4096)
