@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mask_walk import clear_compiled, masks_along
 
 from formcast.engine import _json_char_fragment
 from formcast.engine import nfa as nfa_module
 from formcast.engine.fragments import JSON_CHAR_FRAGMENT, built_json_char, fragment_source
-from formcast.engine.matcher import CompiledGrammar, Matcher
 from formcast.engine.nfa import LazyRepeat, build_nfa
 from formcast.grammar.ir import Grammar
 
@@ -91,23 +91,10 @@ def test_masks_are_the_same_with_the_fragment_pasted_or_built(monkeypatch, smoll
     assert json.loads(text)["b"] == "é\n"
     tokens = smollm2_encode(text)
 
-    def masks() -> list[np.ndarray]:
-        CompiledGrammar._compiled.clear()
-        CompiledGrammar._automata.clear()
-        matcher = Matcher(grammar, smollm2_vocab)
-        out = []
-        for token in tokens:
-            out.append(matcher.next_token_mask().copy())
-            assert matcher.accept_token(token)
-        out.append(matcher.next_token_mask().copy())
-        assert matcher.is_accepting()
-        return out
-
-    pasted = masks()
+    pasted = masks_along(grammar, smollm2_vocab, tokens)
     monkeypatch.setattr(nfa_module, "precomputed_item", lambda *args: None)
-    built = masks()
-    CompiledGrammar._compiled.clear()
-    CompiledGrammar._automata.clear()
+    built = masks_along(grammar, smollm2_vocab, tokens)
+    clear_compiled()
     assert len(pasted) == len(built) > 30
     for step, (a, b) in enumerate(zip(pasted, built, strict=True)):
         assert np.array_equal(a, b), f"step {step}"

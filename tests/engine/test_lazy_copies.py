@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mask_walk import clear_compiled, masks_along
 
 from formcast.engine import nfa as nfa_module
 from formcast.engine.matcher import CompiledGrammar, Matcher
@@ -84,21 +85,10 @@ def test_masks_equal_the_eager_copies(monkeypatch, smollm2_vocab, smollm2_encode
     first = sample.split("\n%%\n")[0].split("\n", 1)[1]  # after the comment line
     tokens = smollm2_encode(json.dumps(json.loads(first), indent=2))  # a gap at every turn
 
-    def masks() -> list[np.ndarray]:
-        matcher = _uncached_matcher(grammar, smollm2_vocab)
-        out = []
-        for token in tokens:
-            out.append(matcher.next_token_mask().copy())
-            assert matcher.accept_token(token)
-        out.append(matcher.next_token_mask().copy())
-        assert matcher.is_accepting()
-        return out
-
-    lazy = masks()
+    lazy = masks_along(grammar, smollm2_vocab, tokens)
     monkeypatch.setattr(nfa_module, "LAZY_COPY_MIN", 10**9)
-    eager = masks()
-    CompiledGrammar._compiled.clear()
-    CompiledGrammar._automata.clear()
+    eager = masks_along(grammar, smollm2_vocab, tokens)
+    clear_compiled()
     assert len(lazy) == len(eager) > 50
     for step, (a, b) in enumerate(zip(lazy, eager, strict=True)):
         assert np.array_equal(a, b), f"step {step}"
