@@ -820,7 +820,7 @@ def test_values_the_c_encoder_leaves_to_the_json_module_give_the_same_text_or_er
         deep = [deep]
     cyclic: dict = {}
     cyclic["self"] = cyclic
-    for value in ({"a": (1, 2)}, {1: "x"}, {"t": float("inf")}, {"s": {1}}, "\ud800",
+    for value in ({"a": (1, 2)}, {1: "x"}, {"t": float("inf")}, {"s": {1}}, "\ud800", 10**5000,
                   {"\udc00": 1}, {"k": True, "n": None, "big": 2**80}, deep, cyclic,
                   {"ctl": "\x00\x1f\x7f\u2028 \"\\"}):
         assert _canonical_outcome(value, pure=False) == _canonical_outcome(value, pure=True)

@@ -106,7 +106,7 @@ static int put_value(Buf *b, PyObject *v, int depth) {
     if (type == &PyLong_Type) {
         int overflow;
         long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow) return put_repr(b, PyLong_Type.tp_repr, v);
+        if (overflow) return 0; /* past 64 bits: the json module (and its digit limit) */
         if (x == -1 && PyErr_Occurred()) return -1;
         char digits[24];
         int n = snprintf(digits, sizeof digits, "%lld", x);
